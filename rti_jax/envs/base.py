@@ -1,0 +1,80 @@
+"""The generic multi-turn environment interface.
+
+Every benchmark (Navigation, tau2-Telecom, ...) implements ``Environment``. An
+episode is driven by the rollout engine as::
+
+    messages = env.reset(task)            # system prompt (+ tool schemas) and user query
+    while True:
+      result = env.step(assistant_text)   # parse calls, run tools, maybe end
+      if result.done: break
+      # result.messages are appended to the conversation (tool responses or user turns)
+
+Messages are chat-template dicts: ``{"role": "system"|"user"|"assistant"|"tool",
+"content": str}``. Environments never raise on model output: malformed output
+becomes an error observation and is counted in ``StepResult.info``.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass
+class StepResult:
+  """What one assistant turn produced.
+
+  messages: new messages for the conversation (tool responses, user replies).
+  done: the episode has ended (answer, stop, or turn limit).
+  reward: the final reward; meaningful when ``done`` (0.0 before).
+  info: counters and diagnostics, e.g. ``{"malformed": 1, "tool_errors": 0}``.
+  """
+
+  messages: list[dict[str, Any]]
+  done: bool
+  reward: float = 0.0
+  info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Transcript:
+  """The full record of an episode, kept for inspection, judging and plots."""
+
+  task_id: str
+  messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+  num_turns: int = 0
+  reward: float = 0.0
+  done: bool = False
+  info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class Environment(abc.ABC):
+  """A stateful episode over one task. Create one instance per concurrent episode."""
+
+  #: the most assistant turns an episode may take
+  max_turns: int
+
+  @abc.abstractmethod
+  def reset(self, task: Any) -> list[dict[str, Any]]:
+    """Starts an episode; returns the initial messages (system, user)."""
+
+  @abc.abstractmethod
+  def step(self, assistant_text: str) -> StepResult:
+    """Consumes one assistant turn; returns new messages, done and reward."""
+
+  @property
+  @abc.abstractmethod
+  def transcript(self) -> Transcript:
+    """The episode so far (all messages, turns, reward)."""
+
+  @abc.abstractmethod
+  def tool_schemas(self) -> list[dict[str, Any]]:
+    """OpenAI/Qwen function-calling schemas of the agent's tools."""
+
+  def reward_evidence(self) -> dict[str, Any]:
+    """Reward-side evidence for a Validator (privileged: never shown to the policy).
+
+    Navigation returns the ground-truth route; tau2 returns the task's assertions.
+    """
+    return {}

@@ -1,0 +1,1 @@
+"""Generation backends: in-process JAX sampler (default) and SGLang over HTTP."""

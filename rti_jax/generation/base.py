@@ -1,0 +1,54 @@
+"""The one small interface every generation backend implements.
+
+Token ids in, token ids and per-token log-probs out. Chat templating and tool-call
+parsing happen above this layer (the rollout engine), so a backend only sees ids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol, Sequence
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+  """Sampling settings. ``temperature == 0`` means greedy."""
+
+  max_new_tokens: int = 256
+  temperature: float = 1.0
+  top_p: float = 1.0
+  top_k: int = 0  # 0 = off
+  stop_token_ids: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Completion:
+  """One sampled continuation.
+
+  token_ids: [n] the generated ids (including the stop token if one was hit).
+  logprobs: [n] float32 log-prob of each generated id under the sampling policy
+    (at temperature 1 for the behaviour policy; see the backend's docs).
+  finish_reason: "stop" (a stop id was produced) or "length".
+  """
+
+  token_ids: np.ndarray
+  logprobs: np.ndarray
+  finish_reason: str
+
+
+class GenerationBackend(Protocol):
+  """Generates and scores token sequences with the current policy."""
+
+  def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int) -> list[Completion]:
+    """Samples one completion per prompt (batched)."""
+    ...
+
+  def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    """Per-token log-probs ``[len(response)]`` of each response given its prompt."""
+    ...
+
+  def sync_weights(self, model) -> None:
+    """Makes the backend generate with ``model``'s current parameters."""
+    ...
