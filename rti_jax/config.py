@@ -1,0 +1,235 @@
+"""Typed experiment configs: dataclasses + YAML files + command-line overrides (OmegaConf).
+
+A config is built in three layers, later ones winning::
+
+    defaults of the dataclasses  <-  configs/<name>.yaml  <-  command-line ``key=value`` overrides
+
+OmegaConf checks types against the dataclass schema (an unknown key or a string
+where a float belongs is an error naming the key); ``validate`` then checks value
+ranges and choices. Every error is a ``ConfigError`` that names the offending key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+from typing import Any, Optional, Sequence
+
+from omegaconf import MISSING, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+CONFIG_DIR = pathlib.Path(__file__).resolve().parent.parent / "configs"
+
+
+class ConfigError(ValueError):
+  """A bad config: unknown key, wrong type or out-of-range value (the message names the key)."""
+
+
+@dataclasses.dataclass
+class PolicyConfig:
+  """Where the policy comes from. ``path`` is a local HF checkpoint directory."""
+
+  path: str = MISSING
+  dtype: str = "float32"  # float32 | bfloat16 (parameters and activations)
+
+
+@dataclasses.dataclass
+class EnvConfig:
+  """The environment and its task split."""
+
+  name: str = "navigation"  # navigation | telecom
+  setting: str = "tiny"  # tiny (CPU default) | paper
+  num_train: int = 600
+  num_test: int = 150
+  seed: int = 0
+  max_turns: int = 6
+
+
+@dataclasses.dataclass
+class RolloutConfig:
+  """Stage 1 of Algorithm 1: on-policy groups."""
+
+  tasks_per_iter: int = 8
+  group_size: int = 8  # G
+  temperature: float = 0.8
+  top_p: float = 1.0
+  top_k: int = 0
+  max_new_tokens: int = 64  # per assistant turn
+  max_context: int = 1024  # prompt + all turns
+
+
+@dataclasses.dataclass
+class InterventionConfig:
+  """Stage 2 of Algorithm 1 (only for all-fail groups) and its ablation switches."""
+
+  enabled: bool = True
+  validator: str = "rules"  # rules | llm
+  verifier: str = "rules"  # rules | llm | off  ("w/o Post-Check")
+  delta: float = 5.0  # PPL gate threshold (Eq. 4); inf = gate off, 0 = reject all
+  reweight: bool = True  # False = rho_cal == 1 ("w/o Reweight")
+  eps_cal: float = 0.2  # Eq. 6
+  intervener_url: Optional[str] = None  # None = self-intervention by the policy
+  max_attempts: int = 1  # intervened rollouts tried per all-fail group
+
+
+@dataclasses.dataclass
+class LossConfig:
+  """The policy objective (Eq. 2 / Eq. 7) and its conventions."""
+
+  method: str = "rti"  # grpo | rti (baselines: gspo | aepo | luffy | opd)
+  clip_low: float = 0.2  # eps_clip
+  clip_high: float = 0.2
+  dual_clip: Optional[float] = None
+  beta: float = 0.0  # KL coefficient (Eq. 2)
+  kl_kind: str = "k3"
+  aggregation: str = "seq-mean-token-mean"
+  adv_std: str = "population"  # population (Eq. 1) | unbiased | none
+
+
+@dataclasses.dataclass
+class OptimConfig:
+  """optax AdamW with a constant learning rate (the paper's setting)."""
+
+  lr: float = 1e-6
+  weight_decay: float = 0.1
+  b1: float = 0.9
+  b2: float = 0.999
+  max_grad_norm: float = 1.0
+  minibatches: int = 1  # update steps per rollout batch
+
+
+@dataclasses.dataclass
+class MeshConfig:
+  """Device mesh axis sizes; -1 on one axis takes the remaining devices."""
+
+  data: int = -1
+  fsdp: int = 1
+  tensor: int = 1
+
+
+@dataclasses.dataclass
+class TrainConfig:
+  """The loop: iterations, evaluation, checkpoints."""
+
+  iterations: int = 20
+  eval_every: int = 5
+  eval_samples: int = 4
+  seed: int = 0
+  checkpoint_every: int = 5
+  keep_checkpoints: int = 2
+
+
+@dataclasses.dataclass
+class ExperimentConfig:
+  """A whole experiment."""
+
+  name: str = "navigation"
+  out_dir: str = "runs"
+  policy: PolicyConfig = dataclasses.field(default_factory=PolicyConfig)
+  env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
+  rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
+  intervention: InterventionConfig = dataclasses.field(default_factory=InterventionConfig)
+  loss: LossConfig = dataclasses.field(default_factory=LossConfig)
+  optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+  mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
+  train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+
+
+_CHOICES = {
+    "policy.dtype": ("float32", "bfloat16"),
+    "env.name": ("navigation", "telecom"),
+    "env.setting": ("tiny", "paper"),
+    "intervention.validator": ("rules", "llm"),
+    "intervention.verifier": ("rules", "llm", "off"),
+    "loss.method": ("grpo", "rti", "gspo", "aepo", "luffy", "opd"),
+    "loss.kl_kind": ("k1", "abs", "k2", "k3", "low_var_kl"),
+    "loss.aggregation": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
+    "loss.adv_std": ("population", "unbiased", "none"),
+}
+
+
+def _get(cfg: ExperimentConfig, dotted: str) -> Any:
+  obj: Any = cfg
+  for part in dotted.split("."):
+    obj = getattr(obj, part)
+  return obj
+
+
+def validate(cfg: ExperimentConfig) -> ExperimentConfig:
+  """Checks choices and ranges; raises ``ConfigError`` naming the key."""
+  for key, choices in _CHOICES.items():
+    value = _get(cfg, key)
+    if value not in choices:
+      raise ConfigError(f"{key}: expected one of {list(choices)}, got {value!r}")
+  positive_ints = [
+      "env.num_train", "env.num_test", "env.max_turns", "rollout.tasks_per_iter", "rollout.group_size",
+      "rollout.max_new_tokens", "rollout.max_context", "train.iterations", "train.eval_every",
+      "train.eval_samples", "train.checkpoint_every", "train.keep_checkpoints", "optim.minibatches",
+      "intervention.max_attempts",
+  ]
+  for key in positive_ints:
+    if _get(cfg, key) < 1:
+      raise ConfigError(f"{key}: expected an integer >= 1, got {_get(cfg, key)!r}")
+  if cfg.rollout.group_size < 2:
+    raise ConfigError(f"rollout.group_size: GRPO needs at least 2 samples per group, got {cfg.rollout.group_size}")
+  if not cfg.rollout.temperature >= 0:
+    raise ConfigError(f"rollout.temperature: expected >= 0, got {cfg.rollout.temperature}")
+  if not 0 < cfg.rollout.top_p <= 1:
+    raise ConfigError(f"rollout.top_p: expected in (0, 1], got {cfg.rollout.top_p}")
+  for key in ("loss.clip_low", "loss.clip_high", "intervention.eps_cal"):
+    if not 0 <= _get(cfg, key) < 1:
+      raise ConfigError(f"{key}: expected in [0, 1), got {_get(cfg, key)}")
+  if cfg.loss.dual_clip is not None and not cfg.loss.dual_clip > 1:
+    raise ConfigError(f"loss.dual_clip: expected > 1 or null, got {cfg.loss.dual_clip}")
+  if not (cfg.intervention.delta >= 0 or math.isinf(cfg.intervention.delta)):
+    raise ConfigError(f"intervention.delta: expected >= 0 (inf allowed), got {cfg.intervention.delta}")
+  if cfg.loss.beta < 0:
+    raise ConfigError(f"loss.beta: expected >= 0, got {cfg.loss.beta}")
+  if not cfg.optim.lr > 0:
+    raise ConfigError(f"optim.lr: expected > 0, got {cfg.optim.lr}")
+  for key in ("mesh.data", "mesh.fsdp", "mesh.tensor"):
+    if _get(cfg, key) == 0 or _get(cfg, key) < -1:
+      raise ConfigError(f"{key}: expected a positive size or -1, got {_get(cfg, key)}")
+  if sum(_get(cfg, k) == -1 for k in ("mesh.data", "mesh.fsdp", "mesh.tensor")) > 1:
+    raise ConfigError("mesh: at most one axis may be -1")
+  return cfg
+
+
+def load_config(name_or_path: str | None = None, overrides: Sequence[str] = ()) -> ExperimentConfig:
+  """Builds a validated ``ExperimentConfig``.
+
+  name_or_path: a YAML file path, or a name under ``configs/`` (``"navigation"``
+    reads ``configs/navigation.yaml``), or None for the dataclass defaults.
+  overrides: ``key=value`` strings, e.g. ``["train.iterations=3", "loss.method=grpo"]``.
+  """
+  schema = OmegaConf.structured(ExperimentConfig)
+  layers = [schema]
+  if name_or_path is not None:
+    path = pathlib.Path(name_or_path)
+    if not path.suffix:
+      path = CONFIG_DIR / f"{name_or_path}.yaml"
+    if not path.exists():
+      known = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+      raise ConfigError(f"config {name_or_path!r}: no file {path}; known configs: {known}")
+    layers.append(OmegaConf.load(path))
+  for item in overrides:
+    if "=" not in item:
+      raise ConfigError(f"override {item!r}: expected key=value")
+  try:
+    merged = OmegaConf.merge(*layers, OmegaConf.from_dotlist(list(overrides)))
+    cfg = OmegaConf.to_object(merged)
+  except OmegaConfBaseException as e:
+    key = getattr(e, "full_key", None) or "config"
+    raise ConfigError(f"{key}: {str(e).splitlines()[0]}") from None
+  assert isinstance(cfg, ExperimentConfig)
+  return validate(cfg)
+
+
+def to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
+  """A plain dict (for JSON records of a run)."""
+  return dataclasses.asdict(cfg)
+
+
+def to_yaml(cfg: ExperimentConfig) -> str:
+  return OmegaConf.to_yaml(OmegaConf.structured(cfg))
