@@ -1,0 +1,10 @@
+"""Qwen2 / Qwen3 in Flax NNX: HF checkpoints in and out, a KV-cache sampler and scoring."""
+
+from models.config import SUPPORTED_ARCHITECTURES, QwenConfig, UnsupportedModelError
+from models.qwen import Qwen
+from models.weights import from_pretrained, save_pretrained
+
+__all__ = [
+  "SUPPORTED_ARCHITECTURES", "QwenConfig", "UnsupportedModelError", "Qwen",
+  "from_pretrained", "save_pretrained",
+]

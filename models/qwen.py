@@ -1,0 +1,217 @@
+"""Qwen3 dense and Qwen2/Qwen2.5 causal LMs in Flax NNX.
+
+One module covers both families; ``QwenConfig`` switches q/k/v bias and q/k RMSNorm.
+Calling convention::
+
+    logits = model(input_ids, attention_mask)      # [B, T] int, [B, T] {0,1} -> [B, T, V] fp32
+
+``attention_mask`` is 1 on real tokens; left or right padding both work because
+positions are derived from the mask (``positions = cumsum(mask) - 1``). The KV cache
+is owned by the sampler (``models.sampler``) and passed through :meth:`Qwen.forward`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from models.config import QwenConfig
+
+_MASK_VALUE = -1e30  # finite, so a fully masked (padding) query row stays NaN-free
+
+
+class LayerCache(NamedTuple):
+  """One layer's keys and values. k, v: [B, S, num_kv_heads, head_dim]."""
+
+  k: jax.Array
+  v: jax.Array
+
+
+class RMSNorm(nnx.Module):
+  """y = w * x / sqrt(mean(x^2) + eps), statistics in fp32 (as transformers' Qwen RMSNorm)."""
+
+  def __init__(self, dim: int, eps: float, *, param_dtype: jnp.dtype = jnp.float32):
+    self.scale = nnx.Param(jnp.ones((dim,), param_dtype))
+    self.eps = eps
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return self.scale[...].astype(x.dtype) * y.astype(x.dtype)
+
+
+def rope_inv_freq(config: QwenConfig) -> jax.Array:
+  """inv_freq: [head_dim // 2] = 1 / theta^(2i / head_dim), divided by the linear factor."""
+  d = config.head_dim
+  inv = 1.0 / (config.rope_theta ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+  if config.rope_type == "linear":
+    inv = inv / config.rope_factor
+  return inv
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
+  """Rotary embedding, half-split layout (transformers' ``rotate_half``).
+
+  x: [B, T, N, D]; positions: [B, T] int; inv_freq: [D/2]. Angles in fp32.
+  """
+  angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, D/2]
+  angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]  # [B, T, 1, D]
+  cos, sin = jnp.cos(angles), jnp.sin(angles)
+  x1, x2 = jnp.split(x, 2, axis=-1)
+  rotated = jnp.concatenate([-x2, x1], axis=-1)
+  return (x.astype(jnp.float32) * cos + rotated.astype(jnp.float32) * sin).astype(x.dtype)
+
+
+class Attention(nnx.Module):
+  """Grouped-query attention with optional q/k/v bias and q/k RMSNorm (Qwen3)."""
+
+  def __init__(self, config: QwenConfig, *, dtype: jnp.dtype, param_dtype: jnp.dtype, rngs: nnx.Rngs):
+    c = config
+    lin = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs,
+               kernel_init=nnx.initializers.normal(0.02))
+    self.q_proj = nnx.Linear(c.hidden_size, c.num_heads * c.head_dim, use_bias=c.qkv_bias, **lin)
+    self.k_proj = nnx.Linear(c.hidden_size, c.num_kv_heads * c.head_dim, use_bias=c.qkv_bias, **lin)
+    self.v_proj = nnx.Linear(c.hidden_size, c.num_kv_heads * c.head_dim, use_bias=c.qkv_bias, **lin)
+    self.o_proj = nnx.Linear(c.num_heads * c.head_dim, c.hidden_size, use_bias=c.o_bias, **lin)
+    if c.qk_norm:
+      self.q_norm = RMSNorm(c.head_dim, c.rms_norm_eps, param_dtype=param_dtype)
+      self.k_norm = RMSNorm(c.head_dim, c.rms_norm_eps, param_dtype=param_dtype)
+    self.qk_norm = c.qk_norm
+    self.num_heads, self.num_kv_heads, self.head_dim = c.num_heads, c.num_kv_heads, c.head_dim
+
+  def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array, inv_freq: jax.Array,
+               cache: LayerCache | None = None, cache_index: jax.Array | None = None,
+               ) -> tuple[jax.Array, LayerCache | None]:
+    """x: [B, T, E]; positions: [B, T]; mask: [B, T, S] bool (S = T, or the cache length).
+
+    With a cache, this step's k/v are written at slots ``cache_index .. cache_index+T`` and
+    attention runs over all S cache slots (``mask`` says which are visible).
+    """
+    b, t, _ = x.shape
+    q = self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim)
+    k = self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
+    v = self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
+    if self.qk_norm:
+      q, k = self.q_norm(q), self.k_norm(k)
+    q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
+    new_cache = None
+    if cache is not None:
+      start = (0, cache_index, 0, 0)
+      k = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), start)
+      v = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), start)
+      new_cache = LayerCache(k, v)
+    groups = self.num_heads // self.num_kv_heads
+    q = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
+    scores = scores * (self.head_dim ** -0.5)
+    scores = jnp.where(mask[:, None, None, :, :], scores, _MASK_VALUE)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, self.num_heads * self.head_dim)
+    return self.o_proj(out), new_cache
+
+
+class MLP(nnx.Module):
+  """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+  def __init__(self, config: QwenConfig, *, dtype: jnp.dtype, param_dtype: jnp.dtype, rngs: nnx.Rngs):
+    lin = dict(use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
+               kernel_init=nnx.initializers.normal(0.02))
+    self.gate_proj = nnx.Linear(config.hidden_size, config.intermediate_size, **lin)
+    self.up_proj = nnx.Linear(config.hidden_size, config.intermediate_size, **lin)
+    self.down_proj = nnx.Linear(config.intermediate_size, config.hidden_size, **lin)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nnx.Module):
+  """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+  def __init__(self, config: QwenConfig, *, dtype: jnp.dtype, param_dtype: jnp.dtype, rngs: nnx.Rngs):
+    self.input_norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
+    self.attn = Attention(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.post_attn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
+    self.mlp = MLP(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+  def __call__(self, x, positions, mask, inv_freq, cache=None, cache_index=None):
+    h, new_cache = self.attn(self.input_norm(x), positions, mask, inv_freq, cache, cache_index)
+    x = x + h
+    return x + self.mlp(self.post_attn_norm(x)), new_cache
+
+
+def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
+  """positions: [B, T] = cumsum(mask) - 1, clipped at 0 (padding gets position 0 on the left)."""
+  return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def causal_padding_mask(attention_mask: jax.Array) -> jax.Array:
+  """mask: [B, T, T] bool, query t sees key s iff s <= t and key s is a real token."""
+  t = attention_mask.shape[-1]
+  causal = jnp.tril(jnp.ones((t, t), dtype=bool))
+  return causal[None] & attention_mask.astype(bool)[:, None, :]
+
+
+class Qwen(nnx.Module):
+  """The causal LM. Parameters in ``param_dtype``, activations in ``dtype``, logits in fp32."""
+
+  def __init__(self, config: QwenConfig, *, dtype: jnp.dtype = jnp.float32,
+               param_dtype: jnp.dtype = jnp.float32, rngs: nnx.Rngs):
+    self.config = config
+    self.embed = nnx.Embed(config.vocab_size, config.hidden_size, dtype=dtype,
+                           param_dtype=param_dtype, rngs=rngs,
+                           embedding_init=nnx.initializers.normal(0.02))
+    self.layers = nnx.List([DecoderLayer(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+                            for _ in range(config.num_layers)])
+    self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
+    if not config.tie_word_embeddings:
+      self.lm_head = nnx.Param(nnx.initializers.normal(0.02)(
+        rngs.params(), (config.hidden_size, config.vocab_size), param_dtype))
+    self.dtype = dtype
+
+  def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None) -> jax.Array:
+    """input_ids: [B, T] int; attention_mask: [B, T] (1 = real). Returns logits [B, T, V] fp32."""
+    if attention_mask is None:
+      attention_mask = jnp.ones(input_ids.shape, jnp.int32)
+    h = self.hidden_states(input_ids, attention_mask)
+    return self.logits(h)
+
+  def hidden_states(self, input_ids: jax.Array, attention_mask: jax.Array) -> jax.Array:
+    """Final-norm hidden states [B, T, E] of a full (uncached) forward pass."""
+    h, _ = self.forward(input_ids, positions_from_mask(attention_mask),
+                        causal_padding_mask(attention_mask))
+    return h
+
+  def forward(self, input_ids: jax.Array, positions: jax.Array, mask: jax.Array,
+              cache: list[LayerCache] | None = None, cache_index: jax.Array | None = None,
+              ) -> tuple[jax.Array, list[LayerCache] | None]:
+    """The decoder stack. input_ids, positions: [B, T]; mask: [B, T, S] bool.
+
+    Returns final-norm hidden states [B, T, E] and the updated cache (None without one).
+    """
+    inv_freq = rope_inv_freq(self.config)
+    x = self.embed(input_ids)
+    new_cache = [] if cache is not None else None
+    for i, layer in enumerate(self.layers):
+      x, layer_cache = layer(x, positions, mask, inv_freq,
+                             None if cache is None else cache[i], cache_index)
+      if new_cache is not None:
+        new_cache.append(layer_cache)
+    return self.norm(x), new_cache
+
+  def logits(self, h: jax.Array) -> jax.Array:
+    """h: [..., E] -> logits [..., V] in fp32 (fp32 accumulation even for bf16 weights)."""
+    if self.config.tie_word_embeddings:
+      w = self.embed.embedding[...]
+      return jnp.einsum("...e,ve->...v", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
+    w = self.lm_head[...]
+    return jnp.einsum("...e,ev->...v", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
+
+  def init_cache(self, batch: int, length: int, dtype: jnp.dtype | None = None) -> list[LayerCache]:
+    """An empty KV cache: per layer k, v zeros [batch, length, num_kv_heads, head_dim]."""
+    c = self.config
+    dt = dtype or self.dtype
+    shape = (batch, length, c.num_kv_heads, c.head_dim)
+    return [LayerCache(jnp.zeros(shape, dt), jnp.zeros(shape, dt)) for _ in range(c.num_layers)]

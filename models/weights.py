@@ -1,0 +1,324 @@
+"""HF checkpoints in and out: one declarative table, read by both loading and saving.
+
+Each row of :data:`WEIGHT_TABLE` says: this HF tensor name is that Flax parameter path,
+stored transposed or not, with these logical axes (for sharding), present when the
+config says so. :func:`from_pretrained` and :func:`save_pretrained` walk the same rows,
+so the two directions cannot drift apart.
+
+Logical axes map to mesh axes through :data:`DEFAULT_SHARDING_RULES` (the only place
+mesh axis names appear); a dimension that the mesh axis does not divide is replicated
+and counted in ``LoadReport.replicated``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from models.config import QwenConfig
+from models.qwen import Qwen
+
+Axes = tuple[str | None, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightSpec:
+  """One HF tensor <-> one Flax leaf.
+
+  hf: HF name; ``{i}`` stands for the layer index.
+  flax: dotted Flax path, same ``{i}``.
+  transpose: HF stores ``[out, in]``, Flax ``[in, out]``.
+  axes: logical axes of the Flax leaf (same rank).
+  when: the config switch that makes this tensor exist.
+  """
+
+  hf: str
+  flax: str
+  transpose: bool
+  axes: Axes
+  when: Callable[[QwenConfig], bool] = lambda c: True
+
+  @property
+  def per_layer(self) -> bool:
+    return "{i}" in self.hf
+
+
+_L = "model.layers.{i}."
+_F = "layers.{i}."
+WEIGHT_TABLE: tuple[WeightSpec, ...] = (
+  WeightSpec("model.embed_tokens.weight", "embed.embedding", False, ("vocab", "embed")),
+  WeightSpec("model.norm.weight", "norm.scale", False, (None,)),
+  WeightSpec("lm_head.weight", "lm_head", True, ("embed", "vocab"),
+             when=lambda c: not c.tie_word_embeddings),
+  WeightSpec(_L + "input_layernorm.weight", _F + "input_norm.scale", False, (None,)),
+  WeightSpec(_L + "post_attention_layernorm.weight", _F + "post_attn_norm.scale", False, (None,)),
+  WeightSpec(_L + "self_attn.q_proj.weight", _F + "attn.q_proj.kernel", True, ("embed", "q_heads")),
+  WeightSpec(_L + "self_attn.k_proj.weight", _F + "attn.k_proj.kernel", True, ("embed", "kv_heads")),
+  WeightSpec(_L + "self_attn.v_proj.weight", _F + "attn.v_proj.kernel", True, ("embed", "kv_heads")),
+  WeightSpec(_L + "self_attn.o_proj.weight", _F + "attn.o_proj.kernel", True, ("q_heads", "embed")),
+  WeightSpec(_L + "self_attn.q_proj.bias", _F + "attn.q_proj.bias", False, ("q_heads",),
+             when=lambda c: c.qkv_bias),
+  WeightSpec(_L + "self_attn.k_proj.bias", _F + "attn.k_proj.bias", False, ("kv_heads",),
+             when=lambda c: c.qkv_bias),
+  WeightSpec(_L + "self_attn.v_proj.bias", _F + "attn.v_proj.bias", False, ("kv_heads",),
+             when=lambda c: c.qkv_bias),
+  WeightSpec(_L + "self_attn.o_proj.bias", _F + "attn.o_proj.bias", False, ("embed",),
+             when=lambda c: c.o_bias),
+  WeightSpec(_L + "self_attn.q_norm.weight", _F + "attn.q_norm.scale", False, (None,),
+             when=lambda c: c.qk_norm),
+  WeightSpec(_L + "self_attn.k_norm.weight", _F + "attn.k_norm.scale", False, (None,),
+             when=lambda c: c.qk_norm),
+  WeightSpec(_L + "mlp.gate_proj.weight", _F + "mlp.gate_proj.kernel", True, ("embed", "mlp")),
+  WeightSpec(_L + "mlp.up_proj.weight", _F + "mlp.up_proj.kernel", True, ("embed", "mlp")),
+  WeightSpec(_L + "mlp.down_proj.weight", _F + "mlp.down_proj.kernel", True, ("mlp", "embed")),
+)
+
+#: logical axis -> mesh axis name (absent from the mesh = replicated). Tensor parallel
+#: over "model" for heads / MLP / vocab, FSDP-style over "data" for the embedding dim.
+DEFAULT_SHARDING_RULES: dict[str, str | None] = {
+  "vocab": "model",
+  "q_heads": "model",
+  "kv_heads": "model",
+  "mlp": "model",
+  "embed": "data",
+}
+
+#: HF tensors that may appear in a checkpoint and carry no parameters we need.
+_IGNORED_HF_SUFFIXES: tuple[str, ...] = ("rotary_emb.inv_freq",)
+
+_DTYPES: dict[str, Any] = {
+  "float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16,
+}
+
+
+@dataclasses.dataclass
+class LoadReport:
+  """What loading did beyond the plain table: counted fallbacks, kept for logging."""
+
+  ignored: list[str] = dataclasses.field(default_factory=list)
+  replicated: list[str] = dataclasses.field(default_factory=list)
+
+
+def expand_table(config: QwenConfig) -> Iterator[tuple[str, tuple[str | int, ...], WeightSpec]]:
+  """Yields (hf_name, flax_path, spec) for every tensor this config's model has."""
+  for spec in WEIGHT_TABLE:
+    if not spec.when(config):
+      continue
+    layers = range(config.num_layers) if spec.per_layer else [None]
+    for i in layers:
+      hf = spec.hf.format(i=i) if i is not None else spec.hf
+      flax = spec.flax.format(i=i) if i is not None else spec.flax
+      path = tuple(int(p) if p.isdigit() else p for p in flax.split("."))
+      yield hf, path, spec
+
+
+def _resolve_dtype(dtype: Any) -> jnp.dtype:
+  if isinstance(dtype, str):
+    if dtype not in _DTYPES:
+      raise ValueError(f"dtype: expected one of {sorted(_DTYPES)}, got {dtype!r}")
+    return jnp.dtype(_DTYPES[dtype])
+  dt = jnp.dtype(dtype)
+  if dt not in [jnp.dtype(v) for v in _DTYPES.values()]:
+    raise ValueError(f"dtype: expected one of {sorted(_DTYPES)}, got {dt}")
+  return dt
+
+
+def _hf_shape(flax_shape: tuple[int, ...], spec: WeightSpec) -> tuple[int, ...]:
+  return tuple(reversed(flax_shape)) if spec.transpose else tuple(flax_shape)
+
+
+def _checkpoint_files(path: str) -> dict[str, str]:
+  """hf_name -> safetensors file, from model.safetensors or model.safetensors.index.json."""
+  index = os.path.join(path, "model.safetensors.index.json")
+  single = os.path.join(path, "model.safetensors")
+  if os.path.isfile(index):
+    with open(index) as f:
+      weight_map = json.load(f)["weight_map"]
+    return {k: os.path.join(path, v) for k, v in weight_map.items()}
+  if os.path.isfile(single):
+    with safe_open(single, framework="numpy") as f:
+      return {k: single for k in f.keys()}
+  raise FileNotFoundError(
+    f"path: expected model.safetensors or model.safetensors.index.json in {path!r}, found neither")
+
+
+def partition_spec(spec: WeightSpec, shape: tuple[int, ...], mesh: Mesh,
+                   rules: dict[str, str | None]) -> tuple[PartitionSpec, bool]:
+  """The PartitionSpec of a Flax leaf; second value is True if a dim fell back to replicated."""
+  out: list[str | None] = []
+  fell_back = False
+  used: set[str] = set()
+  for dim, axis in zip(shape, spec.axes):
+    mesh_axis = rules.get(axis) if axis else None
+    if mesh_axis is None or mesh_axis not in mesh.shape or mesh_axis in used:
+      out.append(None)
+      continue
+    if dim % mesh.shape[mesh_axis]:
+      out.append(None)
+      fell_back = True
+      continue
+    used.add(mesh_axis)
+    out.append(mesh_axis)
+  return PartitionSpec(*out), fell_back
+
+
+def abstract_model(config: QwenConfig, dtype: Any = jnp.float32,
+                   param_dtype: Any | None = None) -> Qwen:
+  """The model with ShapeDtypeStruct leaves (no memory), via ``nnx.eval_shape``."""
+  dt = _resolve_dtype(dtype)
+  pdt = _resolve_dtype(param_dtype) if param_dtype is not None else dt
+  return nnx.eval_shape(lambda: Qwen(config, dtype=dt, param_dtype=pdt, rngs=nnx.Rngs(0)))
+
+
+def from_pretrained(path: str | os.PathLike, *, dtype: Any = jnp.float32,
+                    mesh: Mesh | None = None, rules: dict[str, str | None] | None = None,
+                    report: LoadReport | None = None) -> tuple[Qwen, QwenConfig]:
+  """Loads a local HF Qwen2/Qwen3 checkpoint into a Flax model.
+
+  dtype: parameter and activation dtype ("float32", "bfloat16", "float16" or a jnp dtype);
+    on-disk tensors of any of these dtypes are cast to it. Logits are always fp32.
+  mesh: if given, each parameter is created directly with its ``NamedSharding`` (per-shard
+    reads from the safetensors file; no device ever holds the whole model).
+  rules: logical axis -> mesh axis, default :data:`DEFAULT_SHARDING_RULES`.
+  report: filled with ignored tensors and replicated fallbacks.
+
+  Raises ValueError naming the tensor on a missing, unexpected or mis-shaped key.
+  """
+  path = os.fspath(path)
+  config = QwenConfig.from_pretrained(path)
+  rules = DEFAULT_SHARDING_RULES if rules is None else rules
+  report = report if report is not None else LoadReport()
+  dt = _resolve_dtype(dtype)
+  model = abstract_model(config, dt)
+  graphdef, state = nnx.split(model)
+  leaves = dict(nnx.to_flat_state(state))
+  files = _checkpoint_files(path)
+
+  expected = {hf: (p, spec) for hf, p, spec in expand_table(config)}
+  unexpected = []
+  for name in files:
+    if name in expected:
+      continue
+    if name.endswith(_IGNORED_HF_SUFFIXES) or (name == "lm_head.weight" and config.tie_word_embeddings):
+      report.ignored.append(name)
+      continue
+    unexpected.append(name)
+  if unexpected:
+    raise ValueError(f"checkpoint {path!r} has unexpected tensors (not in the weight table for "
+                     f"{config.architecture}): {sorted(unexpected)[:10]}")
+  missing = sorted(hf for hf in expected if hf not in files)
+  if missing:
+    raise ValueError(f"checkpoint {path!r} is missing tensors: {missing[:10]}"
+                     f"{' (and more)' if len(missing) > 10 else ''}")
+
+  handles: dict[str, Any] = {}
+  try:
+    for hf, (flax_path, spec) in expected.items():
+      var = leaves[flax_path]
+      shape = tuple(var.shape)
+      fname = files[hf]
+      if fname not in handles:
+        handles[fname] = safe_open(fname, framework="numpy").__enter__()
+      tensor = handles[fname].get_slice(hf)
+      got = tuple(tensor.get_shape())
+      want = _hf_shape(shape, spec)
+      if got != want:
+        raise ValueError(f"tensor {hf!r}: expected shape {want}, got {got}")
+      var.set_value(_load_leaf(tensor, spec, shape, dt, mesh, rules, hf, report))
+  finally:
+    for h in handles.values():
+      h.__exit__(None, None, None)
+  return nnx.merge(graphdef, state), config
+
+
+def _load_leaf(tensor: Any, spec: WeightSpec, shape: tuple[int, ...], dt: jnp.dtype,
+               mesh: Mesh | None, rules: dict[str, str | None], hf: str,
+               report: LoadReport) -> jax.Array:
+  """Reads one tensor (whole, or shard by shard with a mesh), transposes it, casts it to dt."""
+
+  def read(index: tuple[slice, ...]) -> np.ndarray:
+    hf_index = tuple(reversed(index)) if spec.transpose else index
+    arr = np.asarray(tensor[hf_index])
+    arr = arr.T if spec.transpose else arr
+    return np.ascontiguousarray(arr.astype(dt))
+
+  full = tuple(slice(None) for _ in shape)
+  if mesh is None:
+    return jnp.asarray(read(full))
+  pspec, fell_back = partition_spec(spec, shape, mesh, rules)
+  if fell_back:
+    report.replicated.append(hf)
+  sharding = NamedSharding(mesh, pspec)
+  return jax.make_array_from_callback(
+    shape, sharding, lambda idx: read(tuple(s if isinstance(s, slice) else slice(s, s + 1) for s in idx)))
+
+
+def _parse_size(size: int | str) -> int:
+  if isinstance(size, int):
+    return size
+  units = {"KB": 10**3, "MB": 10**6, "GB": 10**9}
+  s = size.strip().upper()
+  for u, m in units.items():
+    if s.endswith(u):
+      return int(float(s[:-len(u)]) * m)
+  return int(s)
+
+
+def save_pretrained(model: Qwen, config: QwenConfig, path: str | os.PathLike, *,
+                    dtype: str | None = None, max_shard_size: int | str = "5GB") -> None:
+  """Writes HF safetensors + config.json that ``AutoModelForCausalLM.from_pretrained`` loads.
+
+  dtype: on-disk dtype ("float32", "bfloat16", "float16"); default: the model's parameter
+    dtype. Checkpoints larger than ``max_shard_size`` are split, with
+    ``model.safetensors.index.json``. Tied embeddings write no ``lm_head.weight``.
+  """
+  path = os.fspath(path)
+  os.makedirs(path, exist_ok=True)
+  leaves = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
+  limit = _parse_size(max_shard_size)
+  shards: list[dict[str, np.ndarray]] = [{}]
+  shard_bytes = 0
+  out_dtype: Any = None
+  for hf, flax_path, spec in expand_table(config):
+    if flax_path not in leaves:
+      raise ValueError(f"model has no parameter {'.'.join(map(str, flax_path))!r} for tensor {hf!r}")
+    arr = np.asarray(jax.device_get(leaves[flax_path].get_value()))
+    if out_dtype is None:
+      out_dtype = _DTYPES[dtype] if dtype is not None else arr.dtype
+      if dtype is not None and dtype not in _DTYPES:
+        raise ValueError(f"dtype: expected one of {sorted(_DTYPES)}, got {dtype!r}")
+    arr = np.ascontiguousarray((arr.T if spec.transpose else arr).astype(out_dtype))
+    if shards[-1] and shard_bytes + arr.nbytes > limit:
+      shards.append({})
+      shard_bytes = 0
+    shards[-1][hf] = arr
+    shard_bytes += arr.nbytes
+  dtype_name = {np.dtype(v): k for k, v in _DTYPES.items()}[np.dtype(out_dtype)]
+  hf_config = config.to_hf_dict()
+  hf_config["dtype"] = dtype_name
+  with open(os.path.join(path, "config.json"), "w") as f:
+    json.dump(hf_config, f, indent=2, sort_keys=True)
+  meta = {"format": "pt"}
+  if len(shards) == 1:
+    save_file(shards[0], os.path.join(path, "model.safetensors"), metadata=meta)
+    return
+  weight_map: dict[str, str] = {}
+  total = 0
+  for n, shard in enumerate(shards, start=1):
+    name = f"model-{n:05d}-of-{len(shards):05d}.safetensors"
+    save_file(shard, os.path.join(path, name), metadata=meta)
+    weight_map.update({k: name for k in shard})
+    total += sum(a.nbytes for a in shard.values())
+  with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+    json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2, sort_keys=True)
