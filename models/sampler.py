@@ -1,0 +1,295 @@
+"""Batched KV-cache sampling and teacher-forced scoring for the Qwen module.
+
+Two entry points, both jit-compiled once per shape bucket (batch, prompt length and
+new-token count are rounded up to powers of two, so a rollout loop does not recompile):
+
+* :meth:`Sampler.generate` — left-padded prompts, one prefill, then a ``lax.while_loop``
+  decode with per-row early stop; returns the sampled ids and, for each id, its
+  log-prob under the policy (``log softmax(logits)``, temperature 1: the behaviour
+  log-prob pi_roll the RL loss needs) and under the sampling distribution actually used.
+* :func:`score` — per-token log-probs of given responses under given prompts (the one
+  function the PPL gate and the calibration ratio pi_cal / pi_roll of Eq. 7 read).
+
+Sampling settings (temperature / top-p / top-k) are traced values, not static, so
+changing them does not recompile. ``temperature == 0`` is greedy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from models.qwen import Qwen, causal_padding_mask, positions_from_mask
+
+_MIN_LEN_BUCKET = 16
+_SCORE_CHUNK = 512  # time steps whose [B, chunk, V] logits are materialised at once
+
+
+def bucket(n: int, minimum: int = 1) -> int:
+  """The smallest power of two >= max(n, minimum)."""
+  n = max(int(n), minimum, 1)
+  return 1 << (n - 1).bit_length()
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerateOutput:
+  """Per-prompt results of :meth:`Sampler.generate` (row i belongs to prompt i).
+
+  tokens[i]: [n_i] int32 generated ids, including the stop id if one was produced.
+  logprobs[i]: [n_i] fp32 log pi(token) under the model at temperature 1 (the
+    behaviour-policy log-prob; equals :func:`score` of the same tokens).
+  sampling_logprobs[i]: [n_i] fp32 log-prob under the distribution sampled from
+    (after temperature / top-k / top-p); 0 for greedy rows.
+  finish_reasons[i]: "stop" if a stop id ended the row, else "length".
+  """
+
+  tokens: list[np.ndarray]
+  logprobs: list[np.ndarray]
+  sampling_logprobs: list[np.ndarray]
+  finish_reasons: list[str]
+
+
+def filter_logits(logits: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
+  """Top-k then top-p (nucleus) filtering, as in transformers' logits warpers.
+
+  logits: [B, V] fp32 (already divided by the temperature); top_k: [B] int (0 = off);
+  top_p: [B] float (1 = off). Returns logits with filtered tokens set to -inf. A token is
+  kept by top-p if the probability mass of the tokens ranked above it is < top_p
+  (the top token is always kept). Ties at the cut-off are all kept.
+  """
+  v = logits.shape[-1]
+  sorted_desc = -jnp.sort(-logits, axis=-1)  # [B, V]
+  k = jnp.where(top_k > 0, jnp.minimum(top_k, v), v)  # [B]
+  rank = jnp.arange(v)[None, :]
+  in_top_k = rank < k[:, None]
+  probs = jax.nn.softmax(jnp.where(in_top_k, sorted_desc, -jnp.inf), axis=-1)
+  mass_above = jnp.cumsum(probs, axis=-1) - probs
+  keep = in_top_k & ((mass_above < top_p[:, None]) | (rank == 0))
+  n_keep = jnp.sum(keep, axis=-1)  # [B] >= 1
+  threshold = jnp.take_along_axis(sorted_desc, (n_keep - 1)[:, None], axis=-1)  # [B, 1]
+  return jnp.where(logits >= threshold, logits, -jnp.inf)
+
+
+def sample_step(logits: jax.Array, key: jax.Array, temperature: jax.Array, top_k: jax.Array,
+                top_p: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Draws one token per row.
+
+  logits: [B, V] fp32; temperature, top_p: [B] float; top_k: [B] int.
+  Returns tokens [B] int32, logprobs [B] (log softmax(logits), temperature 1) and
+  sampling_logprobs [B] (log-prob under the filtered, tempered distribution; 0 if greedy).
+  """
+  greedy = temperature <= 0.0
+  t = jnp.where(greedy, 1.0, temperature)
+  scaled = logits / t[:, None]
+  needs_filter = jnp.any((top_k > 0) | (top_p < 1.0))
+  filtered = jax.lax.cond(needs_filter, filter_logits, lambda x, *_: x, scaled, top_k, top_p)
+  sampled = jax.random.categorical(key, filtered, axis=-1)
+  tokens = jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
+  logp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tokens[:, None], axis=-1)[:, 0]
+  slogp = jnp.take_along_axis(jax.nn.log_softmax(filtered, axis=-1), tokens[:, None], axis=-1)[:, 0]
+  return tokens, logp, jnp.where(greedy, 0.0, slogp)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "num_new"))
+def _generate_jit(graphdef: nnx.GraphDef, state: nnx.State, prompt_ids: jax.Array,
+                  prompt_mask: jax.Array, row_valid: jax.Array, key: jax.Array,
+                  max_new_tokens: jax.Array, temperature: jax.Array, top_k: jax.Array,
+                  top_p: jax.Array, stop_ids: jax.Array, pad_id: jax.Array, num_new: int):
+  """prompt_ids, prompt_mask: [B, P] left-padded; row_valid: [B] bool; stop_ids: [K] (-1 = none).
+
+  Returns tokens [B, num_new], logprobs, sampling_logprobs [B, num_new], n_generated [B],
+  stopped [B].
+  """
+  model = nnx.merge(graphdef, state)
+  b, p = prompt_ids.shape
+  cache = model.init_cache(b, p + num_new)
+  prefill_mask = jnp.concatenate(
+    [causal_padding_mask(prompt_mask), jnp.zeros((b, p, num_new), bool)], axis=-1)
+  h, cache = model.forward(prompt_ids, positions_from_mask(prompt_mask), prefill_mask, cache, 0)
+  logits = model.logits(h[:, -1])
+  lengths = jnp.sum(prompt_mask, axis=-1).astype(jnp.int32)  # [B] next position per row
+  prompt_keys = prompt_mask.astype(bool)
+
+  def cond(carry):
+    step, _, _, _, done, *_ = carry
+    return (step < max_new_tokens) & ~jnp.all(done)
+
+  def body(carry):
+    step, logits, cache, key, done, toks, lps, slps, n_gen, stopped = carry
+    key, sub = jax.random.split(key)
+    tok, lp, slp = sample_step(logits, sub, temperature, top_k, top_p)
+    tok = jnp.where(done, pad_id, tok)
+    toks = toks.at[:, step].set(tok)
+    lps = lps.at[:, step].set(jnp.where(done, 0.0, lp))
+    slps = slps.at[:, step].set(jnp.where(done, 0.0, slp))
+    n_gen = n_gen + (~done).astype(jnp.int32)
+    hit = jnp.any(tok[:, None] == stop_ids[None, :], axis=-1) & ~done
+    stopped = stopped | hit
+    done = done | hit
+    gen_keys = jnp.arange(num_new)[None, :] <= step
+    mask = jnp.concatenate([prompt_keys, jnp.broadcast_to(gen_keys, (b, num_new))], axis=-1)
+    h, cache = model.forward(tok[:, None], (lengths + step)[:, None], mask[:, None, :],
+                             cache, p + step)
+    return (step + 1, model.logits(h[:, 0]), cache, key, done, toks, lps, slps, n_gen, stopped)
+
+  zeros = jnp.zeros((b, num_new), jnp.float32)
+  carry = (jnp.int32(0), logits, cache, key, ~row_valid,
+           jnp.full((b, num_new), pad_id, jnp.int32), zeros, zeros,
+           jnp.zeros((b,), jnp.int32), jnp.zeros((b,), bool))
+  carry = jax.lax.while_loop(cond, body, carry)
+  _, _, _, _, _, toks, lps, slps, n_gen, stopped = carry
+  return toks, lps, slps, n_gen, stopped
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def _score_jit(graphdef: nnx.GraphDef, state: nnx.State, ids: jax.Array, mask: jax.Array) -> jax.Array:
+  """ids, mask: [B, T] right-padded. Returns logp: [B, T] with logp[:, t] = log p(ids[t+1] | ids[:t+1])
+  (the last column is 0). Logits are built ``_SCORE_CHUNK`` time steps at a time."""
+  model = nnx.merge(graphdef, state)
+  h = model.hidden_states(ids, mask)  # [B, T, E]
+  targets = jnp.concatenate([ids[:, 1:], jnp.zeros_like(ids[:, :1])], axis=1)
+  b, t, e = h.shape
+  chunk = min(t, _SCORE_CHUNK)
+
+  def one(args):
+    hc, tc = args  # [B, C, E], [B, C]
+    logp = jax.nn.log_softmax(model.logits(hc), axis=-1)
+    return jnp.take_along_axis(logp, tc[..., None], axis=-1)[..., 0]
+
+  hs = h.reshape(b, t // chunk, chunk, e).swapaxes(0, 1)
+  ts = targets.reshape(b, t // chunk, chunk).swapaxes(0, 1)
+  logp = jax.lax.map(one, (hs, ts)).swapaxes(0, 1).reshape(b, t)
+  return logp.at[:, -1].set(0.0)
+
+
+def _check_ids(name: str, seqs: Sequence[Sequence[int]], vocab_size: int, allow_empty: bool) -> list[np.ndarray]:
+  """Validates token id lists; raises ValueError naming the argument, row and value."""
+  if isinstance(seqs, (str, bytes)) or not hasattr(seqs, "__len__"):
+    raise TypeError(f"{name}: expected a sequence of token-id sequences, got {type(seqs).__name__}")
+  out = []
+  for i, s in enumerate(seqs):
+    arr = np.asarray(s, dtype=np.int64).reshape(-1) if len(s) else np.zeros((0,), np.int64)
+    if arr.size == 0 and not allow_empty:
+      raise ValueError(f"{name}[{i}]: expected at least one token id, got an empty sequence")
+    bad = (arr < 0) | (arr >= vocab_size)
+    if bad.any():
+      raise ValueError(f"{name}[{i}]: token ids must be in [0, {vocab_size}), got "
+                       f"{int(arr[bad][0])} at position {int(np.argmax(bad))}")
+    out.append(arr.astype(np.int32))
+  return out
+
+
+class Sampler:
+  """Owns the jitted generate/score functions for one model.
+
+  max_cache_len: the most slots a row may use (prompt + new tokens); default the
+    model's ``max_position_embeddings``.
+  """
+
+  def __init__(self, model: Qwen, *, max_cache_len: int | None = None):
+    self.config = model.config
+    self.max_cache_len = int(max_cache_len or model.config.max_position_embeddings)
+    self.graphdef, self.state = nnx.split(model)
+
+  def sync_weights(self, model: Qwen) -> None:
+    """Uses ``model``'s current parameters (same architecture) from now on."""
+    graphdef, state = nnx.split(model)
+    if graphdef != self.graphdef:
+      raise ValueError("model: expected the same architecture as the sampler's model, got a different graph")
+    self.state = state
+
+  def generate(self, prompts: Sequence[Sequence[int]], *, key: jax.Array, max_new_tokens: int = 256,
+               temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+               stop_token_ids: Sequence[int] = (), pad_id: int = 0) -> GenerateOutput:
+    """Samples one continuation per prompt (batched). See :class:`GenerateOutput`.
+
+    prompts: B lists of token ids (non-empty, in vocab). key: a ``jax.random`` key.
+    Raises ValueError on empty prompts, out-of-vocab ids, bad settings, or a prompt
+    that with ``max_new_tokens`` does not fit ``max_cache_len``.
+    """
+    rows = _check_ids("prompts", prompts, self.config.vocab_size, allow_empty=False)
+    if not rows:
+      raise ValueError("prompts: expected at least one prompt, got 0")
+    if int(max_new_tokens) < 1:
+      raise ValueError(f"max_new_tokens: expected >= 1, got {max_new_tokens}")
+    if not 0.0 < float(top_p) <= 1.0:
+      raise ValueError(f"top_p: expected in (0, 1], got {top_p}")
+    if int(top_k) < 0 or float(temperature) < 0 or not np.isfinite(temperature):
+      raise ValueError(f"top_k >= 0 and finite temperature >= 0 expected, got top_k={top_k}, "
+                       f"temperature={temperature}")
+    longest = max(len(r) for r in rows)
+    if longest + max_new_tokens > self.max_cache_len:
+      i = int(np.argmax([len(r) for r in rows]))
+      raise ValueError(f"prompts[{i}]: {len(rows[i])} tokens + max_new_tokens={max_new_tokens} "
+                       f"exceed the cache (max_cache_len={self.max_cache_len})")
+    stops = [int(s) for s in stop_token_ids]
+    if any(not 0 <= s < self.config.vocab_size for s in stops):
+      raise ValueError(f"stop_token_ids: expected ids in [0, {self.config.vocab_size}), got {stops}")
+    b = len(rows)
+    bb, pb, nb = bucket(b), bucket(longest, _MIN_LEN_BUCKET), bucket(max_new_tokens, _MIN_LEN_BUCKET)
+    ids = np.full((bb, pb), pad_id, np.int32)
+    mask = np.zeros((bb, pb), np.int32)
+    for i, r in enumerate(rows):  # left padding
+      ids[i, pb - len(r):] = r
+      mask[i, pb - len(r):] = 1
+    stop_arr = np.full((bucket(len(stops), 8),), -1, np.int32)
+    stop_arr[:len(stops)] = stops
+    valid = np.arange(bb) < b
+    fill = lambda v, dt: jnp.full((bb,), v, dt)
+    toks, lps, slps, n_gen, stopped = _generate_jit(
+      self.graphdef, self.state, jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(valid), key,
+      jnp.int32(max_new_tokens), fill(temperature, jnp.float32), fill(top_k, jnp.int32),
+      fill(top_p, jnp.float32), jnp.asarray(stop_arr), jnp.int32(pad_id), num_new=nb)
+    toks, lps, slps, n_gen, stopped = jax.device_get((toks, lps, slps, n_gen, stopped))
+    return GenerateOutput(
+      tokens=[toks[i, :n_gen[i]] for i in range(b)],
+      logprobs=[lps[i, :n_gen[i]] for i in range(b)],
+      sampling_logprobs=[slps[i, :n_gen[i]] for i in range(b)],
+      finish_reasons=["stop" if stopped[i] else "length" for i in range(b)],
+    )
+
+  def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    """Per-token log-probs of each response given its prompt.
+
+    prompts[i]: non-empty ids; responses[i]: ids (may be empty). Returns B fp32 arrays
+    ``[len(responses[i])]`` with entry j = log pi(responses[i][j] | prompt, responses[i][:j]).
+    """
+    p_rows = _check_ids("prompts", prompts, self.config.vocab_size, allow_empty=False)
+    r_rows = _check_ids("responses", responses, self.config.vocab_size, allow_empty=True)
+    if len(p_rows) != len(r_rows):
+      raise ValueError(f"responses: expected {len(p_rows)} (one per prompt), got {len(r_rows)}")
+    if not p_rows:
+      return []
+    lengths = [len(p) + len(r) for p, r in zip(p_rows, r_rows)]
+    if max(lengths) > self.max_cache_len:
+      i = int(np.argmax(lengths))
+      raise ValueError(f"prompts[{i}] + responses[{i}]: {lengths[i]} tokens exceed "
+                       f"max_cache_len={self.max_cache_len}")
+    b = len(p_rows)
+    bb, tb = bucket(b), bucket(max(lengths), _MIN_LEN_BUCKET)
+    if tb > _SCORE_CHUNK:
+      tb = -(-tb // _SCORE_CHUNK) * _SCORE_CHUNK
+    ids = np.zeros((bb, tb), np.int32)
+    mask = np.zeros((bb, tb), np.int32)
+    for i, (p, r) in enumerate(zip(p_rows, r_rows)):  # right padding
+      ids[i, :lengths[i]] = np.concatenate([p, r])
+      mask[i, :lengths[i]] = 1
+    logp = np.asarray(jax.device_get(
+      _score_jit(self.graphdef, self.state, jnp.asarray(ids), jnp.asarray(mask))))
+    return [logp[i, len(p) - 1:len(p) - 1 + len(r)] for i, (p, r) in enumerate(zip(p_rows, r_rows))]
+
+
+def generate(model: Qwen, prompts: Sequence[Sequence[int]], *, key: jax.Array, **kwargs: Any) -> GenerateOutput:
+  """One-shot :meth:`Sampler.generate` (the jit cache is shared across calls)."""
+  return Sampler(model).generate(prompts, key=key, **kwargs)
+
+
+def score(model: Qwen, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> list[np.ndarray]:
+  """One-shot :meth:`Sampler.score`: per-token log-probs ``[len(r)]`` of each response."""
+  return Sampler(model).score(prompts, responses)
