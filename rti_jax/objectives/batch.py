@@ -1,0 +1,242 @@
+"""The training batch (one frozen pytree), the loss config, and the loss registry.
+
+``LOSSES[name](logp, batch, cfg)`` returns ``LossParts(numerator, denominator, metrics)``;
+``loss = numerator / max(denominator, 1)``. Keeping the two parts lets a trainer sum them over
+micro-batches and divide once, which reproduces the full-batch loss exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from rti_jax.objectives import _checks as C
+from rti_jax.objectives import baselines as BL
+from rti_jax.objectives import core
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class RTIBatch:
+  """One training batch; every ``[B, T]`` field is aligned with ``input_ids`` (see
+  ``next_token_logprobs``) and groups are consecutive rows.
+
+  input_ids: [B, T] int32 prompt + response tokens (right padded).
+  attention_mask: [B, T] 1 on real tokens, 0 on padding.
+  loss_mask: [B, T] 1 on trained tokens (policy-written response tokens; environment feedback,
+    prompt and padding are 0).
+  old_logp: [B, T] float32 log-prob of each token under the behaviour policy ``pi_old`` (Eq. 2).
+  advantages: [B] (Eq. 1) or [B, T] float32.
+  roll_logp: [B, T] log pi_theta^roll of intervened tokens under the rollout prompt (Eq. 5).
+  cal_logp: [B, T] log pi_cal of intervened tokens under the correction prompt (Eq. 5).
+  intervened_mask: [B, T] 1 on Corrector-written tokens (RTI) / teacher tokens (LUFFY).
+  ref_logp: [B, T] reference-policy log-probs (needed when ``beta > 0``).
+  teacher_logp: [B, T] teacher log-probs (OPD).
+  entropy: [B, T] sampling-policy entropy per token (AEPO).
+  The last six are optional (None); RTI treats missing intervention fields as "nothing intervened".
+  """
+
+  input_ids: jax.Array
+  attention_mask: jax.Array
+  loss_mask: jax.Array
+  old_logp: jax.Array
+  advantages: jax.Array
+  roll_logp: jax.Array | None = None
+  cal_logp: jax.Array | None = None
+  intervened_mask: jax.Array | None = None
+  ref_logp: jax.Array | None = None
+  teacher_logp: jax.Array | None = None
+  entropy: jax.Array | None = None
+
+  @property
+  def shape(self) -> tuple[int, int]:
+    return tuple(self.input_ids.shape)  # type: ignore[return-value]
+
+  def check(self) -> "RTIBatch":
+    """Validates ranks, dtypes and shapes (trace-time); returns self. Raises ValueError."""
+    ids = C.as_array("batch.input_ids", self.input_ids)
+    if ids.ndim != 2 or not jnp.issubdtype(ids.dtype, jnp.integer):
+      raise ValueError(f"batch.input_ids: expected a rank-2 integer array, got shape {tuple(ids.shape)} dtype {ids.dtype}")
+    shape = tuple(ids.shape)
+    C.check_mask("batch.attention_mask", self.attention_mask, shape)
+    C.check_mask("batch.loss_mask", self.loss_mask, shape)
+    for name in ("old_logp", "roll_logp", "cal_logp", "ref_logp", "teacher_logp", "entropy"):
+      value = getattr(self, name)
+      if value is not None:
+        arr = C.check_float(f"batch.{name}", value, (2,))
+        if tuple(arr.shape) != shape:
+          raise ValueError(f"batch.{name}: expected shape {shape}, got {tuple(arr.shape)}")
+    C.check_advantages("batch.advantages", self.advantages, shape)
+    present = [getattr(self, n) is not None for n in ("roll_logp", "cal_logp", "intervened_mask")]
+    if any(present) and not all(present):
+      raise ValueError("batch.roll_logp/cal_logp/intervened_mask: expected all three or none, "
+                       f"got present={dict(zip(('roll_logp', 'cal_logp', 'intervened_mask'), present))}")
+    if self.intervened_mask is not None:
+      C.check_mask("batch.intervened_mask", self.intervened_mask, shape)
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+  """Static loss settings (hashable; safe as a jit static argument).
+
+  name: a key of ``LOSSES``. agg: aggregation mode; None picks the method's own default
+  (``seq-mean-token-mean`` for grpo/rti/gspo/opd, ``token-mean`` for luffy/aepo).
+  Paper defaults (Sec. 5.1): clip 0.2, eps_cal 0.2, beta 0.
+  """
+
+  name: str = "rti"
+  clip_low: float = 0.2
+  clip_high: float = 0.2
+  dual_clip: float | None = None
+  eps_cal: float = 0.2
+  beta: float = 0.0
+  kl_kind: str = "low_var_kl"
+  agg: str | None = None
+  agg_norm: float | None = None
+  gspo_clip_low: float = 3e-4
+  gspo_clip_high: float = 4e-4
+  luffy_gamma: float = 0.1
+  opd_coef: float = 1.0
+  aepo_alpha: float = 0.3
+
+  def __post_init__(self) -> None:
+    C.check_choice("LossConfig.name", self.name, tuple(LOSSES))
+    C.check_choice("LossConfig.kl_kind", self.kl_kind, core.KL_KINDS)
+    if self.agg is not None:
+      C.check_choice("LossConfig.agg", self.agg, core.AGG_MODES)
+    C.check_scalar("LossConfig.eps_cal", self.eps_cal, low=0.0, high=1.0, low_open=True, high_open=True)
+    C.check_scalar("LossConfig.beta", self.beta, low=0.0)
+    core._check_clip(self.clip_low, self.clip_high, self.dual_clip)  # noqa: SLF001
+
+  def agg_mode(self, default: str) -> str:
+    return default if self.agg is None else self.agg
+
+
+class LossParts(NamedTuple):
+  """numerator, denominator: float32 scalars; metrics: dict of float32 scalars."""
+
+  numerator: jax.Array
+  denominator: jax.Array
+  metrics: dict
+
+
+def _kl_args(batch: RTIBatch, cfg: LossConfig) -> dict:
+  ref = batch.ref_logp if cfg.beta != 0 else None
+  if cfg.beta != 0 and ref is None:
+    raise ValueError(f"batch.ref_logp: expected a [B, T] array because LossConfig.beta={cfg.beta}, got None")
+  return dict(ref_logp=ref, beta=cfg.beta, kl_kind=cfg.kl_kind)
+
+
+def _common_metrics(logp: jax.Array, batch: RTIBatch, cfg: LossConfig) -> dict:
+  """Clip fraction and the k1 / k3 estimates of KL(pi_old || pi_theta) over loss tokens."""
+  mask = batch.loss_mask != 0
+  d = jnp.where(mask, logp.astype(jnp.float32) - batch.old_logp.astype(jnp.float32), 0.0)
+  ratio = jnp.exp(jnp.clip(d, -core.LOG_RATIO_CLAMP, core.LOG_RATIO_CLAMP))
+  clipped = (ratio < 1.0 - cfg.clip_low) | (ratio > 1.0 + cfg.clip_high)
+  return {
+      "clip_frac": core.aggregate(clipped.astype(jnp.float32), mask, "token-mean"),
+      "approx_kl_k1": core.aggregate(-d, mask, "token-mean"),
+      "approx_kl_k3": core.aggregate(ratio - 1.0 - d, mask, "token-mean"),
+      "num_tokens": jnp.sum(mask).astype(jnp.float32),
+  }
+
+
+def _parts(per_token: jax.Array, batch: RTIBatch, cfg: LossConfig, default_agg: str,
+           metrics: dict) -> LossParts:
+  num, den = core.aggregate_parts(per_token, batch.loss_mask, cfg.agg_mode(default_agg),
+                                  norm=cfg.agg_norm)
+  return LossParts(num, den, metrics)
+
+
+def _grpo(logp: jax.Array, batch: RTIBatch, cfg: LossConfig) -> LossParts:
+  per_token = core.grpo_token_loss(logp, batch.old_logp, batch.advantages, batch.loss_mask,
+                                   clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                                   dual_clip=cfg.dual_clip, **_kl_args(batch, cfg))
+  return _parts(per_token, batch, cfg, "seq-mean-token-mean", _common_metrics(logp, batch, cfg))
+
+
+def _rti(logp: jax.Array, batch: RTIBatch, cfg: LossConfig) -> LossParts:
+  if batch.intervened_mask is None:
+    return _grpo(logp, batch, cfg)
+  per_token = core.rti_token_loss(logp, batch.old_logp, batch.advantages, batch.loss_mask,
+                                  batch.cal_logp, batch.roll_logp, batch.intervened_mask,
+                                  eps_cal=cfg.eps_cal, clip_low=cfg.clip_low,
+                                  clip_high=cfg.clip_high, dual_clip=cfg.dual_clip,
+                                  **_kl_args(batch, cfg))
+  metrics = _common_metrics(logp, batch, cfg)
+  w = core.calibration_weights(batch.cal_logp, batch.roll_logp, batch.intervened_mask,
+                               eps_cal=cfg.eps_cal)
+  iv = (batch.intervened_mask != 0) & (batch.loss_mask != 0)
+  metrics["cal_weight_mean"] = core.aggregate(w, iv, "token-mean")
+  metrics["intervened_tokens"] = jnp.sum(iv).astype(jnp.float32)
+  return _parts(per_token, batch, cfg, "seq-mean-token-mean", metrics)
+
+
+def _gspo(logp: jax.Array, batch: RTIBatch, cfg: LossConfig) -> LossParts:
+  per_token = BL.gspo_token_loss(logp, batch.old_logp, batch.advantages, batch.loss_mask,
+                                 clip_low=cfg.gspo_clip_low, clip_high=cfg.gspo_clip_high)
+  return _parts(per_token, batch, cfg, "seq-mean-token-mean", _common_metrics(logp, batch, cfg))
+
+
+def _luffy(logp: jax.Array, batch: RTIBatch, cfg: LossConfig) -> LossParts:
+  off = batch.intervened_mask if batch.intervened_mask is not None else jnp.zeros(batch.shape, bool)
+  per_token = BL.luffy_token_loss(logp, batch.old_logp, batch.advantages, batch.loss_mask, off,
+                                  gamma=cfg.luffy_gamma, clip_low=cfg.clip_low,
+                                  clip_high=cfg.clip_high)
+  return _parts(per_token, batch, cfg, "token-mean", _common_metrics(logp, batch, cfg))
+
+
+def _opd(logp: jax.Array, batch: RTIBatch, cfg: LossConfig) -> LossParts:
+  if batch.teacher_logp is None:
+    raise ValueError("batch.teacher_logp: expected a [B, T] array for LossConfig.name='opd', got None")
+  adv = BL.opd_advantages(batch.advantages, batch.old_logp, batch.teacher_logp, batch.loss_mask,
+                          coef=cfg.opd_coef)
+  per_token = core.grpo_token_loss(logp, batch.old_logp, adv, batch.loss_mask,
+                                   clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                                   dual_clip=cfg.dual_clip, **_kl_args(batch, cfg))
+  return _parts(per_token, batch, cfg, "seq-mean-token-mean", _common_metrics(logp, batch, cfg))
+
+
+def _aepo(logp: jax.Array, batch: RTIBatch, cfg: LossConfig) -> LossParts:
+  adv = batch.advantages
+  if batch.entropy is not None:
+    adv = BL.aepo_advantages(adv, batch.entropy, batch.loss_mask, alpha=cfg.aepo_alpha)
+  per_token = BL.aepo_token_loss(logp, batch.old_logp, adv, batch.loss_mask,
+                                 clip_low=cfg.clip_low, clip_high=cfg.clip_high)
+  return _parts(per_token, batch, cfg, "token-mean", _common_metrics(logp, batch, cfg))
+
+
+LossFn = Callable[[jax.Array, RTIBatch, LossConfig], LossParts]
+
+LOSSES: dict[str, LossFn] = {
+    "grpo": _grpo,
+    "rti": _rti,
+    "gspo": _gspo,
+    "luffy": _luffy,
+    "opd": _opd,
+    "aepo": _aepo,
+}
+"""Loss registry: a config string picks the loss. Each entry maps
+``(logp [B, T], batch, cfg) -> LossParts``."""
+
+
+def get_loss(name: str) -> LossFn:
+  """``LOSSES[name]``, or a ValueError listing the known names."""
+  return LOSSES[C.check_choice("name", name, tuple(LOSSES))]
+
+
+def loss_from_batch(logp: jax.Array, batch: RTIBatch, cfg: LossConfig) -> tuple[jax.Array, dict]:
+  """Scalar loss ``numerator / max(denominator, 1)`` of ``cfg.name`` and its metrics.
+
+  logp: [B, T] current-policy log-probs aligned with ``batch.input_ids``.
+  """
+  batch.check()
+  logp = C.check_float("logp", logp, (2,))
+  if tuple(logp.shape) != batch.shape:
+    raise ValueError(f"logp: expected shape {batch.shape} (batch.input_ids), got {tuple(logp.shape)}")
+  parts = get_loss(cfg.name)(logp, batch, cfg)
+  return parts.numerator / jnp.maximum(parts.denominator, 1.0), parts.metrics
