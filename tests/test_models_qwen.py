@@ -1,0 +1,81 @@
+"""Logit parity of the Flax module with transformers (torch CPU, fp32) on padded batches."""
+
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import models
+from models.qwen import apply_rope, positions_from_mask
+from models_fixtures import padded_batch, torch_logits, write_checkpoint
+
+
+@pytest.mark.parametrize("family, tie, rope", [
+  ("qwen3", False, None),
+  ("qwen3", True, None),
+  ("qwen2", True, None),
+  ("qwen2", False, None),
+  ("qwen3", False, {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}),
+])
+def test_logits_match_transformers_on_a_padded_batch(tmp_path, family, tie, rope):
+  ref_model = write_checkpoint(tmp_path, family, tie=tie, rope=rope)
+  model, config = models.from_pretrained(tmp_path)
+  assert config.tie_word_embeddings == tie
+  ids, mask = padded_batch()
+  ref = torch_logits(ref_model, ids, mask)
+  got = np.asarray(model(jnp.asarray(ids), jnp.asarray(mask)))
+  assert got.shape == ref.shape == (4, 9, config.vocab_size) and got.dtype == np.float32
+  real = mask.astype(bool)
+  assert np.abs(got - ref)[real].max() <= 1e-4
+  assert np.abs(ref).max() > 1.0  # the comparison is not between near-zero logits
+
+
+def test_left_and_right_padding_give_the_same_logits(tmp_path):
+  write_checkpoint(tmp_path, "qwen3")
+  model, _ = models.from_pretrained(tmp_path)
+  rng = np.random.default_rng(3)
+  seq = rng.integers(0, 96, 5)
+  left = np.concatenate([np.zeros(3, int), seq])[None]
+  right = np.concatenate([seq, np.zeros(3, int)])[None]
+  lm = np.array([[0, 0, 0, 1, 1, 1, 1, 1]])
+  rm = lm[:, ::-1].copy()
+  a = np.asarray(model(jnp.asarray(left), jnp.asarray(lm)))[0, 3:]
+  b = np.asarray(model(jnp.asarray(right), jnp.asarray(rm)))[0, :5]
+  np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_positions_from_mask():
+  mask = jnp.array([[0, 0, 1, 1, 1], [1, 1, 1, 0, 0]])
+  np.testing.assert_array_equal(positions_from_mask(mask), [[0, 0, 0, 1, 2], [0, 1, 2, 2, 2]])
+
+
+def test_rope_matches_a_numpy_rotation_of_each_pair():
+  """Half-split RoPE: pair (x_i, x_{i+D/2}) is rotated by angle pos * inv_freq_i."""
+  rng = np.random.default_rng(0)
+  d = 8
+  x = rng.normal(size=(1, 3, 2, d)).astype(np.float32)
+  pos = np.array([[0, 4, 11]])
+  inv = 1.0 / (1e4 ** (np.arange(0, d, 2) / d))
+  want = np.empty_like(x)
+  for t in range(3):
+    for i in range(d // 2):
+      a = pos[0, t] * inv[i]
+      x1, x2 = x[0, t, :, i], x[0, t, :, i + d // 2]
+      want[0, t, :, i] = x1 * np.cos(a) - x2 * np.sin(a)
+      want[0, t, :, i + d // 2] = x2 * np.cos(a) + x1 * np.sin(a)
+  got = apply_rope(jnp.asarray(x), jnp.asarray(pos), jnp.asarray(inv, jnp.float32))
+  np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_bf16_model_keeps_fp32_logits_close_to_fp32(tmp_path):
+  write_checkpoint(tmp_path, "qwen3")
+  ids, mask = padded_batch()
+  m32, _ = models.from_pretrained(tmp_path)
+  m16, _ = models.from_pretrained(tmp_path, dtype="bfloat16")
+  a = np.asarray(m32(jnp.asarray(ids), jnp.asarray(mask)))
+  b = m16(jnp.asarray(ids), jnp.asarray(mask))
+  assert b.dtype == jnp.float32
+  real = mask.astype(bool)
+  rel = np.abs(np.asarray(b) - a)[real].max() / np.abs(a).max()
+  assert rel < 0.1
