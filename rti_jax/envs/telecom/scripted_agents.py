@@ -1,0 +1,86 @@
+"""Scripted agents that drive ``TelecomEnv`` through its text interface.
+
+* ``gold_agent_turns``: replays a task's gold actions as an agent would, in
+  Qwen ``<tool_call>`` format: asks for the phone number, looks the customer up,
+  then for each expected action either calls the agent tool (offering a refuel
+  first, checking bills before a payment request, sending the transfer message
+  after a transfer) or asks the user to run the device tool by name with its
+  arguments; finally asks the user to check the goal, then stops.
+* ``do_nothing_turns``: stops at once (``stop=True``) or only chats.
+
+``run_episode`` plays a list of turns until the episode ends; the gold replay's
+coverage (tasks it solves with the scripted user) is what ``stats`` reports.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+from rti_jax.envs.telecom import state as st
+from rti_jax.envs.telecom.env import AGENT_STOP, TRANSFER_MESSAGE, TelecomEnv
+from rti_jax.envs.telecom.tasks import Action, TelecomTask
+from rti_jax.envs.telecom.user_sim import goal_of, profile_of
+
+
+def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
+  """One Qwen-style tool-call turn."""
+  return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def _device_request(action: Action) -> str:
+  args = ", ".join(f'{k}="{v}"' for k, v in action.arguments.items())
+  return f"Please run {action.name}({args}) on your phone and tell me the result."
+
+
+def _refuel_offer(action: Action) -> str:
+  db = st.load_db()
+  line = st.find_record(db, "lines", "line_id", action.arguments["line_id"])
+  plan = st.find_record(db, "plans", "plan_id", line["plan_id"]) if line else None
+  gb = float(action.arguments["gb_amount"])
+  price = float(plan["data_refueling_price_per_gb"]) * gb if plan else 0.0
+  return (f"Your line has used up its data allowance. I can add {gb:g} GB of data for ${price:.2f}. "
+          f"Would you like me to proceed?")
+
+
+def gold_agent_turns(task: TelecomTask) -> list[str]:
+  """The assistant turns of a gold replay of ``task``."""
+  phone = profile_of(task).phone_number or ""
+  turns = ["I can help with that. Could you please give me your phone number?",
+           tool_call_text("get_customer_by_phone", {"phone_number": phone})]
+  for action in task.actions:
+    if action.requestor == "user":
+      if action.name == "make_payment":
+        turns.append("I sent a payment request for your overdue bill. Please check your payment request and pay it.")
+      else:
+        turns.append(_device_request(action))
+      continue
+    if action.name == "refuel_data":
+      turns.append(_refuel_offer(action))
+    if action.name == "send_payment_request":
+      turns.append(tool_call_text("get_bills_for_customer", {"customer_id": action.arguments["customer_id"]}))
+    turns.append(tool_call_text(action.name, action.arguments))
+    if action.name == "transfer_to_human_agents":
+      turns.append(TRANSFER_MESSAGE)
+  goal = goal_of(task)
+  turns.append(f"Please run {goal.tools[0]}() on your phone to check whether the issue is fixed.")
+  turns.append(f"Thank you for contacting us. {AGENT_STOP}")
+  return turns
+
+
+def do_nothing_turns(stop: bool = True, max_turns: int = 30) -> list[str]:
+  """An agent that ends at once (``stop``) or only chats until the turn limit."""
+  if stop:
+    return [f"I'm sorry, I cannot help with that. {AGENT_STOP}"]
+  return ["I see. Could you tell me a bit more?"] * max_turns
+
+
+def run_episode(env: TelecomEnv, task: TelecomTask | str, turns: Iterable[str]) -> float:
+  """Resets ``env`` on ``task``, plays ``turns`` until done; returns the reward (0 if
+  the turns run out before the episode ends)."""
+  env.reset(task)
+  for text in turns:
+    result = env.step(text)
+    if result.done:
+      return result.reward
+  return 0.0
