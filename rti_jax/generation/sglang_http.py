@@ -1,0 +1,292 @@
+"""SGLang over HTTP: the native ``/generate`` API with token ids in and per-token log-probs out.
+
+SGLang is never imported: this module speaks its HTTP API with ``requests``. The
+subset used (field names as documented for SGLang's native API; verified against a
+real server only on a GPU machine, see the README):
+
+* ``POST /generate`` with ``input_ids`` (a batch, ``[[int]]``), ``sampling_params``
+  (one dict per prompt), ``return_logprob: true`` and ``logprob_start_len``. Each
+  answer item carries ``meta_info.output_token_logprobs`` (``[[logprob, token_id,
+  text|null], ...]``), ``meta_info.input_token_logprobs`` (same layout, for
+  prompt positions from ``logprob_start_len`` on; the very first prompt token has
+  a ``null`` log-prob) and ``meta_info.finish_reason.type`` (``"stop"`` or
+  ``"length"``).
+* ``GET /health``: 200 when the server is up.
+* ``POST /update_weights_from_disk`` with ``model_path``: reloads weights written by
+  ``save_pretrained``; answers ``{"success": bool, "message": str}``.
+
+Retries: connection errors and 5xx/429 answers are retried ``max_retries`` times with
+exponential backoff (``urllib3.util.Retry``); after that a ``BackendUnavailableError``
+names the URL. A 4xx answer or a malformed body raises ``SGLangProtocolError`` naming
+the URL and the field.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from rti_jax.generation.base import Completion, SamplingParams
+
+
+class BackendUnavailableError(RuntimeError):
+  """The server could not be reached (after all retries)."""
+
+
+class SGLangProtocolError(RuntimeError):
+  """The server answered, but not with what the native API promises."""
+
+
+def sampling_params_to_sglang(params: SamplingParams, seed: int | None = None) -> dict[str, Any]:
+  """Maps our ``SamplingParams`` onto SGLang's ``sampling_params`` dict.
+
+  ``top_k == 0`` (off) becomes SGLang's ``-1``; ``temperature == 0`` is greedy in
+  both. Special tokens are kept in the output so tool-call and think tags survive.
+  ``seed`` is sent as ``sampling_seed`` only when given (older servers reject it).
+  """
+  out: dict[str, Any] = {
+    "max_new_tokens": int(params.max_new_tokens),
+    "temperature": float(params.temperature),
+    "top_p": float(params.top_p),
+    "top_k": int(params.top_k) if params.top_k > 0 else -1,
+    "skip_special_tokens": False,
+    "no_stop_trim": True,
+  }
+  if params.stop_token_ids:
+    out["stop_token_ids"] = [int(t) for t in params.stop_token_ids]
+  if seed is not None:
+    out["sampling_seed"] = int(seed)
+  return out
+
+
+def _triples(meta: dict[str, Any], key: str, url: str) -> list[Sequence[Any]]:
+  value = meta.get(key)
+  if not isinstance(value, list):
+    raise SGLangProtocolError(
+      f"{url}: meta_info.{key} must be a list of [logprob, token_id, text], got {type(value).__name__}"
+    )
+  return value
+
+
+def parse_generate_item(item: dict[str, Any], url: str) -> Completion:
+  """Turns one ``/generate`` answer item into a ``Completion``.
+
+  Token ids are taken from ``meta_info.output_token_logprobs`` (so ids and
+  log-probs always line up); ``output_ids``, when present, must agree.
+  """
+  meta = item.get("meta_info")
+  if not isinstance(meta, dict):
+    raise SGLangProtocolError(f"{url}: answer item has no meta_info dict (keys: {sorted(item)})")
+  triples = _triples(meta, "output_token_logprobs", url)
+  ids = np.asarray([int(t[1]) for t in triples], dtype=np.int32)
+  lps = [t[0] for t in triples]
+  if any(lp is None for lp in lps):
+    raise SGLangProtocolError(f"{url}: meta_info.output_token_logprobs holds a null log-prob")
+  logprobs = np.asarray(lps, dtype=np.float32)
+  output_ids = item.get("output_ids")
+  if output_ids is not None and list(output_ids) != ids.tolist():
+    raise SGLangProtocolError(
+      f"{url}: output_ids ({len(output_ids)} ids) disagree with output_token_logprobs ({len(ids)} ids)"
+    )
+  reason = meta.get("finish_reason")
+  kind = reason.get("type") if isinstance(reason, dict) else reason
+  if kind not in ("stop", "length"):
+    # "abort" or unknown: the completion is unusable as a finished turn.
+    raise SGLangProtocolError(f"{url}: meta_info.finish_reason must be 'stop' or 'length', got {reason!r}")
+  return Completion(token_ids=ids, logprobs=logprobs, finish_reason=kind)
+
+
+def save_with_save_pretrained(model: Any, path: str) -> None:
+  """Default weight writer: ``model.save_pretrained(path)`` (HF layout, safetensors)."""
+  save = getattr(model, "save_pretrained", None)
+  if not callable(save):
+    raise TypeError(
+      f"model: expected an object with save_pretrained(path) or a save_fn, got {type(model).__name__}"
+    )
+  save(path)
+
+
+class SGLangHTTPBackend:
+  """A ``GenerationBackend`` served by an SGLang server over HTTP.
+
+  base_url: e.g. ``http://127.0.0.1:30000``.
+  timeout_s: per-request timeout.
+  max_retries / backoff_s: bounded retries with exponential backoff on connection
+    errors and 5xx/429 answers (sleep ``backoff_s * 2**(attempt-1)``).
+  weights_dir: where ``sync_weights`` writes the policy (a temp dir by default).
+  save_fn: ``save_fn(model, path)`` writes an HF checkpoint; default
+    ``model.save_pretrained(path)``.
+  """
+
+  def __init__(
+    self,
+    base_url: str,
+    *,
+    timeout_s: float = 600.0,
+    max_retries: int = 3,
+    backoff_s: float = 0.5,
+    weights_dir: str | None = None,
+    save_fn: Callable[[Any, str], None] = save_with_save_pretrained,
+    send_seed: bool = False,
+  ) -> None:
+    if not base_url.startswith(("http://", "https://")):
+      raise ValueError(f"base_url: expected 'http://host:port', got {base_url!r}")
+    if max_retries < 0:
+      raise ValueError(f"max_retries: expected >= 0, got {max_retries}")
+    self.base_url = base_url.rstrip("/")
+    self.timeout_s = timeout_s
+    self.max_retries = max_retries
+    self.weights_dir = weights_dir
+    self.save_fn = save_fn
+    self.send_seed = send_seed
+    self.session = requests.Session()
+    retry = Retry(
+      total=max_retries,
+      connect=max_retries,
+      read=max_retries,
+      status=max_retries,
+      backoff_factor=backoff_s,
+      status_forcelist=(429, 500, 502, 503, 504),
+      allowed_methods=frozenset({"GET", "POST"}),
+      raise_on_status=False,
+    )
+    adapter = HTTPAdapter(max_retries=retry)
+    self.session.mount("http://", adapter)
+    self.session.mount("https://", adapter)
+
+  # -- HTTP plumbing ---------------------------------------------------------
+
+  def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> requests.Response:
+    url = f"{self.base_url}{path}"
+    try:
+      resp = self.session.request(method, url, json=payload, timeout=self.timeout_s)
+    except (requests.ConnectionError, requests.Timeout) as e:
+      raise BackendUnavailableError(
+        f"SGLang server at {url} is unreachable after {self.max_retries} retries: {e.__class__.__name__}: {e}"
+      ) from e
+    if resp.status_code >= 500 or resp.status_code == 429:
+      raise BackendUnavailableError(
+        f"SGLang server at {url} kept answering HTTP {resp.status_code} after {self.max_retries} retries: "
+        f"{resp.text[:300]!r}"
+      )
+    if resp.status_code >= 400:
+      raise SGLangProtocolError(f"{url}: HTTP {resp.status_code}: {resp.text[:300]!r}")
+    return resp
+
+  def _post_json(self, path: str, payload: dict[str, Any]) -> Any:
+    resp = self._request("POST", path, payload)
+    try:
+      return resp.json()
+    except ValueError as e:
+      raise SGLangProtocolError(f"{self.base_url}{path}: body is not JSON: {resp.text[:300]!r}") from e
+
+  # -- health ------------------------------------------------------------------
+
+  def health(self) -> bool:
+    """True when ``GET /health`` answers 200 (no exception when the server is down)."""
+    try:
+      return self._request("GET", "/health").status_code == 200
+    except (BackendUnavailableError, SGLangProtocolError):
+      return False
+
+  def check_health(self) -> None:
+    """Raises ``BackendUnavailableError`` naming the URL unless the server is healthy."""
+    if not self.health():
+      raise BackendUnavailableError(f"SGLang server at {self.base_url}/health is not healthy or unreachable")
+
+  # -- GenerationBackend -----------------------------------------------------------
+
+  def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int) -> list[Completion]:
+    """Samples one completion per prompt in a single batched ``/generate`` call."""
+    if not prompts:
+      return []
+    for i, p in enumerate(prompts):
+      if len(p) == 0:
+        raise ValueError(f"prompts[{i}]: expected a non-empty list of token ids, got []")
+    sp = [
+      sampling_params_to_sglang(params, seed + i if self.send_seed else None) for i in range(len(prompts))
+    ]
+    body = {
+      "input_ids": [[int(t) for t in p] for p in prompts],
+      "sampling_params": sp,
+      "return_logprob": True,
+      "logprob_start_len": -1,
+    }
+    items = self._post_json("/generate", body)
+    items = self._as_batch(items, len(prompts), "/generate")
+    return [parse_generate_item(it, f"{self.base_url}/generate") for it in items]
+
+  def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    """Per-token log-probs ``[len(response)]`` of each response given its prompt.
+
+    Sends prompt+response with ``max_new_tokens=0`` and reads the prompt log-probs
+    from ``logprob_start_len = len(prompt) - 1`` on; the last ``len(response)``
+    entries are the response's.
+    """
+    if len(prompts) != len(responses):
+      raise ValueError(f"responses: expected {len(prompts)} (one per prompt), got {len(responses)}")
+    out: list[np.ndarray | None] = [None] * len(prompts)
+    todo = []
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+      if len(p) == 0:
+        raise ValueError(f"prompts[{i}]: expected a non-empty list of token ids, got []")
+      if len(r) == 0:
+        out[i] = np.zeros((0,), np.float32)
+      else:
+        todo.append(i)
+    if todo:
+      body = {
+        "input_ids": [[int(t) for t in prompts[i]] + [int(t) for t in responses[i]] for i in todo],
+        "sampling_params": [{"max_new_tokens": 0, "temperature": 1.0} for _ in todo],
+        "return_logprob": True,
+        "logprob_start_len": [max(len(prompts[i]) - 1, 0) for i in todo],
+      }
+      url = f"{self.base_url}/generate"
+      items = self._as_batch(self._post_json("/generate", body), len(todo), "/generate")
+      for i, item in zip(todo, items):
+        meta = item.get("meta_info") if isinstance(item, dict) else None
+        if not isinstance(meta, dict):
+          raise SGLangProtocolError(f"{url}: score answer item has no meta_info dict")
+        triples = _triples(meta, "input_token_logprobs", url)
+        n = len(responses[i])
+        tail = triples[-n:]
+        if len(tail) != n or any(t[0] is None for t in tail):
+          raise SGLangProtocolError(
+            f"{url}: input_token_logprobs has {len(triples)} entries, expected >= {n} non-null ones for prompt {i}"
+          )
+        if [int(t[1]) for t in tail] != [int(t) for t in responses[i]]:
+          raise SGLangProtocolError(f"{url}: input_token_logprobs token ids do not match response {i}")
+        out[i] = np.asarray([t[0] for t in tail], dtype=np.float32)
+    return [o for o in out]  # type: ignore[misc]
+
+  def sync_weights(self, model: Any) -> None:
+    """Writes ``model`` with ``save_fn`` and asks the server to reload it from disk."""
+    path = self.weights_dir or tempfile.mkdtemp(prefix="rti_sglang_weights_")
+    os.makedirs(path, exist_ok=True)
+    self.save_fn(model, path)
+    self.update_weights_from_disk(path)
+
+  def update_weights_from_disk(self, model_path: str) -> None:
+    """``POST /update_weights_from_disk``; raises ``SGLangProtocolError`` unless ``success``."""
+    ans = self._post_json("/update_weights_from_disk", {"model_path": model_path})
+    if not isinstance(ans, dict) or ans.get("success") is not True:
+      raise SGLangProtocolError(
+        f"{self.base_url}/update_weights_from_disk: reload of {model_path!r} failed: {ans!r}"
+      )
+
+  # -- helpers -------------------------------------------------------------------
+
+  def _as_batch(self, items: Any, n: int, path: str) -> list[dict[str, Any]]:
+    if isinstance(items, dict) and n == 1:
+      items = [items]
+    if not isinstance(items, list) or len(items) != n:
+      got = len(items) if isinstance(items, list) else type(items).__name__
+      raise SGLangProtocolError(f"{self.base_url}{path}: expected a list of {n} answer items, got {got}")
+    return items
+

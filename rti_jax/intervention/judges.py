@@ -1,0 +1,457 @@
+"""The MAS roles of Sec. 4.1: Validator, Corrector, Verifier (LLM-backed), and their data.
+
+* ``StepContext`` is what every role sees for step k of an intervened rollout: the
+  user query, the observable history h_{1:k-1}, the draft u^_k, the tool schemas and
+  the reward-side evidence l (privileged).
+* LLM-backed roles render the paper's prompt templates (App. A.1, files in
+  ``prompts/``), generate with a ``GenerationBackend`` (the policy itself by default,
+  i.e. self-intervention, or a separate endpoint, Sec. 5.5) and parse JSON tolerantly
+  (``<think>`` blocks, code fences, text around the object).
+* A malformed or incomplete judgement gets a conservative default and is flagged
+  (``malformed=True``) so ``InterventionStats`` counts it:
+    - Validator: ``is_valid=True`` (no intervention; the draft is kept);
+    - Corrector: no correction (the draft is kept);
+    - Verifier: ``ok=False`` (reject; nothing unverified enters training).
+* ``PolicyCorrector`` is the default Corrector for small policies: the policy samples
+  its next step directly from the correction prompt p_cal (the rollout prompt plus the
+  validator feedback), so the corrected step is in the policy's own format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import re
+import string
+from importlib import resources
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+from rti_jax.generation.base import GenerationBackend, SamplingParams
+
+Message = dict[str, Any]
+
+DOMAINS = ("navigation", "telecom", "retail", "airline")
+
+
+# --- data -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class StepContext:
+  """The inputs of every role at step k (Sec. 4.1).
+
+  user_query: the task's user question x.
+  history: observable history h_{1:k-1} as chat messages (system prompt excluded).
+  draft: the policy's draft u^_k (assistant text).
+  tools: the agent's tool schemas T.
+  evidence: reward-side evidence l (privileged; only Validator/Corrector prompts see it).
+  domain: one of ``DOMAINS``.
+  """
+
+  user_query: str
+  history: tuple[Message, ...]
+  draft: str
+  tools: tuple[dict[str, Any], ...]
+  evidence: dict[str, Any]
+  domain: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidatorJudgement:
+  """``{is_valid, error_types, diagnosis, suggest_next}`` (Validator output)."""
+
+  is_valid: bool
+  error_types: tuple[str, ...] = ()
+  diagnosis: str = ""
+  suggest_next: str = ""
+  malformed: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Correction:
+  """A corrected step u~_k. ``text`` is agent-format text; ``token_ids`` are set when
+  the policy sampled it directly (PolicyCorrector). ``text is None`` = no correction."""
+
+  text: str | None
+  token_ids: tuple[int, ...] | None = None
+  malformed: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifierJudgement:
+  """``{ok, reasons, diagnosis}`` (Verifier output)."""
+
+  ok: bool
+  reasons: tuple[str, ...] = ()
+  diagnosis: str = ""
+  malformed: bool = False
+
+
+class Validator(Protocol):
+  def validate(self, ctxs: Sequence[StepContext]) -> list[ValidatorJudgement]: ...
+
+
+class Corrector(Protocol):
+  def correct(
+    self,
+    ctxs: Sequence[StepContext],
+    judgements: Sequence[ValidatorJudgement],
+    cal_prompts: Sequence[Sequence[int]],
+    seed: int,
+  ) -> list[Correction]: ...
+
+
+class Verifier(Protocol):
+  def verify(self, ctxs: Sequence[StepContext], corrected: Sequence[str]) -> list[VerifierJudgement]: ...
+
+
+# --- tolerant JSON ------------------------------------------------------------------------
+
+_THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL)
+_FENCE_RE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+
+
+def parse_json_object(text: str) -> dict[str, Any] | None:
+  """The first JSON object in ``text``, or None.
+
+  Tolerates ``<think>`` blocks, code fences, text before/after the object and
+  Python-style ``True``/``False``/``None`` literals. Prefers a fenced block.
+  """
+  if not isinstance(text, str):
+    return None
+  body = _THINK_RE.sub("", text)
+  if "<think>" in body and "</think>" not in body:
+    body = body.split("<think>", 1)[0] or body.split("<think>", 1)[1]
+  candidates = [m.group(1) for m in _FENCE_RE.finditer(body)] + [body]
+  decoder = json.JSONDecoder()
+  for cand in candidates:
+    for variant in (cand, _pythonish_to_json(cand)):
+      for start in (i for i, ch in enumerate(variant) if ch == "{"):
+        try:
+          obj, _ = decoder.raw_decode(variant, start)
+        except json.JSONDecodeError:
+          continue
+        if isinstance(obj, dict):
+          return obj
+  return None
+
+
+def _pythonish_to_json(s: str) -> str:
+  return re.sub(r"\bTrue\b", "true", re.sub(r"\bFalse\b", "false", re.sub(r"\bNone\b", "null", s)))
+
+
+def as_bool(value: Any) -> bool | None:
+  """``true/false`` in the usual spellings, else None."""
+  if isinstance(value, bool):
+    return value
+  if isinstance(value, (int, float)) and value in (0, 1):
+    return bool(value)
+  if isinstance(value, str):
+    v = value.strip().lower()
+    if v in ("true", "yes", "valid", "ok", "1"):
+      return True
+    if v in ("false", "no", "invalid", "0"):
+      return False
+  return None
+
+
+def _as_str_tuple(value: Any) -> tuple[str, ...]:
+  if value is None:
+    return ()
+  if isinstance(value, str):
+    return (value,) if value.strip() else ()
+  if isinstance(value, (list, tuple)):
+    return tuple(str(v) for v in value if str(v).strip())
+  return (str(value),)
+
+
+def _as_str(value: Any) -> str:
+  if value is None:
+    return ""
+  return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def parse_validator(text: str) -> ValidatorJudgement:
+  """Validator JSON -> judgement; malformed or missing ``is_valid`` -> valid (draft kept)."""
+  obj = parse_json_object(text)
+  valid = as_bool(obj.get("is_valid")) if obj else None
+  if obj is None or valid is None:
+    return ValidatorJudgement(is_valid=True, diagnosis="unparseable validator output", malformed=True)
+  return ValidatorJudgement(
+    is_valid=valid,
+    error_types=_as_str_tuple(obj.get("error_types")),
+    diagnosis=_as_str(obj.get("diagnosis")),
+    suggest_next=_as_str(obj.get("suggest_next")),
+  )
+
+
+def parse_verifier(text: str) -> VerifierJudgement:
+  """Verifier JSON -> judgement; malformed or missing ``ok`` -> reject."""
+  obj = parse_json_object(text)
+  ok = as_bool(obj.get("ok")) if obj else None
+  if obj is None or ok is None:
+    return VerifierJudgement(ok=False, reasons=("malformed_judgement",), malformed=True)
+  return VerifierJudgement(ok=ok, reasons=_as_str_tuple(obj.get("reasons")), diagnosis=_as_str(obj.get("diagnosis")))
+
+
+def parse_corrector(text: str) -> tuple[str, list[dict[str, Any]], str] | None:
+  """Corrector JSON -> ``(reasoning, tool_calls, content)``; None when unusable.
+
+  Unusable: no object, no tool call and no content, or a tool call without a name.
+  ``arguments`` given as a JSON string are decoded.
+  """
+  obj = parse_json_object(text)
+  if obj is None:
+    return None
+  reasoning = _as_str(obj.get("reasoning"))
+  content = _as_str(obj.get("content"))
+  raw_calls = obj.get("tool_calls") or []
+  if isinstance(raw_calls, dict):
+    raw_calls = [raw_calls]
+  if not isinstance(raw_calls, list):
+    return None
+  calls = []
+  for c in raw_calls:
+    if not isinstance(c, dict):
+      return None
+    fn = c.get("function") if isinstance(c.get("function"), dict) else c
+    name = fn.get("name")
+    args = fn.get("arguments", {})
+    if isinstance(args, str):
+      try:
+        args = json.loads(args) if args.strip() else {}
+      except json.JSONDecodeError:
+        return None
+    if not isinstance(name, str) or not name or not isinstance(args, dict):
+      return None
+    calls.append({"name": name, "arguments": args})
+  if not calls and not content.strip():
+    return None
+  return reasoning, calls, content
+
+
+# --- templates -------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def load_template(name: str) -> string.Template:
+  """A prompt template from ``prompts/<name>.txt`` (``$placeholders``)."""
+  path = resources.files("rti_jax.intervention") / "prompts" / f"{name}.txt"
+  if not path.is_file():
+    raise FileNotFoundError(f"name: no prompt template {name!r} at {path}")
+  return string.Template(path.read_text(encoding="utf-8"))
+
+
+def render(name: str, **values: Any) -> str:
+  """Renders template ``name``; a missing placeholder value raises ``KeyError`` naming it."""
+  tpl = load_template(name)
+  try:
+    return tpl.substitute({k: _as_str(v) for k, v in values.items()})
+  except KeyError as e:
+    raise KeyError(f"template {name!r}: no value for placeholder {e.args[0]!r}") from None
+
+
+def _domain_block(domain: str, role: str, evidence: dict[str, Any]) -> str:
+  if domain == "navigation":
+    return ""
+  text = load_template(f"tau2_domain_{domain}").template
+  sections = dict(re.findall(r"### (\w+)\n(.*?)(?=\n### |\Z)", text, re.DOTALL))
+  block = sections.get(role, "").strip()
+  return string.Template(block).safe_substitute(
+    user_side_tools=json.dumps(list(evidence.get("user_side_tools", [])), ensure_ascii=False),
+    agent_side_tools=json.dumps(list(evidence.get("agent_side_tools", [])), ensure_ascii=False),
+  )
+
+
+def history_json(history: Sequence[Message]) -> str:
+  """The observable history as a JSON list of ``{role, content}``."""
+  return json.dumps([{"role": m.get("role"), "content": m.get("content")} for m in history], ensure_ascii=False, indent=1)
+
+
+def tools_json(tools: Sequence[dict[str, Any]]) -> str:
+  return json.dumps(list(tools), ensure_ascii=False)
+
+
+def _nav_reference(evidence: dict[str, Any]) -> dict[str, str]:
+  return {
+    "order": _as_str(evidence.get("order_level", evidence.get("order", ""))),
+    "ref": _as_str(evidence.get("ref", evidence.get("places", ""))),
+    "gt": _as_str(evidence.get("groundtruth", evidence.get("route", evidence.get("gt", "")))),
+  }
+
+
+def _tau2_reference(evidence: dict[str, Any]) -> dict[str, str]:
+  user_actions = evidence.get("user_actions")
+  block = ""
+  if user_actions:
+    block = "User-side actions (the agent must guide the user to perform these on their device):\n" + _as_str(user_actions)
+  return {
+    "completion_note": _as_str(evidence.get("completion_note", "every required action is done")),
+    "agent_actions": _as_str(evidence.get("agent_actions", evidence.get("actions", []))),
+    "user_actions_block": block,
+    "evaluation_criteria": _as_str(evidence.get("evaluation_criteria", evidence)),
+  }
+
+
+def validator_prompt(ctx: StepContext) -> str:
+  """The Validator prompt of App. A.1 for ``ctx.domain``."""
+  if ctx.domain == "navigation":
+    return render(
+      "navigation_validator", history_json=history_json(ctx.history), response_text=ctx.draft, **_nav_reference(ctx.evidence)
+    )
+  _check_domain(ctx.domain)
+  return render(
+    "tau2_validator",
+    history_json=history_json(ctx.history),
+    response_text=json.dumps({"response": ctx.draft}, ensure_ascii=False),
+    domain_rule=_domain_block(ctx.domain, "validator", ctx.evidence) or "(no domain-specific rule)",
+    **_tau2_reference(ctx.evidence),
+  )
+
+
+def corrector_prompt(ctx: StepContext, judgement: ValidatorJudgement) -> str:
+  """The Corrector prompt of App. A.1 (history, tools, evidence, prior draft, feedback)."""
+  feedback = json.dumps(
+    {"error_types": list(judgement.error_types), "diagnosis": judgement.diagnosis, "suggest_next": judgement.suggest_next},
+    ensure_ascii=False,
+  )
+  common = dict(history=history_json(ctx.history), tools=tools_json(ctx.tools), original_response=ctx.draft, feedback_json=feedback)
+  if ctx.domain == "navigation":
+    return render("navigation_corrector", **common, **_nav_reference(ctx.evidence))
+  _check_domain(ctx.domain)
+  ref = _tau2_reference(ctx.evidence)
+  return render(
+    "tau2_corrector",
+    **common,
+    evaluation_criteria=ref["evaluation_criteria"],
+    domain_rule=_domain_block(ctx.domain, "corrector", ctx.evidence),
+  )
+
+
+def verifier_prompt(ctx: StepContext, corrected: str) -> str:
+  """The Verifier prompt of App. A.1 (visible info, prior draft, calibrated reply)."""
+  common = dict(
+    user_prompt=ctx.user_query, tools=tools_json(ctx.tools), history=history_json(ctx.history), original=ctx.draft, corrected=corrected
+  )
+  if ctx.domain == "navigation":
+    return render("navigation_verifier", **common)
+  _check_domain(ctx.domain)
+  return render("tau2_verifier", **common, evaluation_criteria=_tau2_reference(ctx.evidence)["evaluation_criteria"])
+
+
+def feedback_message(judgement: ValidatorJudgement) -> str:
+  """The validator feedback that turns the rollout prompt into the correction prompt p_cal."""
+  return render("correction_feedback", diagnosis=judgement.diagnosis or "-", suggest_next=judgement.suggest_next or "-")
+
+
+def _check_domain(domain: str) -> None:
+  if domain not in DOMAINS:
+    raise ValueError(f"domain: expected one of {DOMAINS}, got {domain!r}")
+
+
+# --- LLM-backed roles -------------------------------------------------------------------------
+
+
+class JudgeLLM:
+  """Asks a chat model: each prompt is one user message; greedy by default.
+
+  backend: the policy's backend (self-intervention) or a separate endpoint.
+  formatter: a ``rollout.ChatFormatter`` for that model's tokenizer (no tools).
+  """
+
+  def __init__(self, backend: GenerationBackend, formatter: Any, params: SamplingParams | None = None) -> None:
+    self.backend = backend
+    self.formatter = formatter
+    base = params or SamplingParams(max_new_tokens=1024, temperature=0.0)
+    stops = tuple(dict.fromkeys(tuple(base.stop_token_ids) + tuple(formatter.stop_token_ids)))
+    self.params = dataclasses.replace(base, stop_token_ids=stops)
+
+  def ask(self, prompts: Sequence[str], seed: int = 0) -> list[str]:
+    if not prompts:
+      return []
+    ids = [self.formatter.prompt_ids([{"role": "user", "content": p}]) for p in prompts]
+    comps = self.backend.generate(ids, self.params, seed)
+    return [self.formatter.decode(c.token_ids.tolist()) for c in comps]
+
+
+class LLMValidator:
+  """Validator served by an LLM with the App. A.1 prompt."""
+
+  def __init__(self, llm: JudgeLLM) -> None:
+    self.llm = llm
+
+  def validate(self, ctxs: Sequence[StepContext]) -> list[ValidatorJudgement]:
+    return [parse_validator(t) for t in self.llm.ask([validator_prompt(c) for c in ctxs])]
+
+
+class LLMCorrector:
+  """Corrector served by an LLM with the App. A.1 prompt; its JSON is written in agent format."""
+
+  def __init__(self, llm: JudgeLLM) -> None:
+    self.llm = llm
+
+  def correct(
+    self,
+    ctxs: Sequence[StepContext],
+    judgements: Sequence[ValidatorJudgement],
+    cal_prompts: Sequence[Sequence[int]],
+    seed: int,
+  ) -> list[Correction]:
+    from rti_jax.rollout import ChatFormatter
+
+    texts = self.llm.ask([corrector_prompt(c, j) for c, j in zip(ctxs, judgements)], seed)
+    out = []
+    for t in texts:
+      parsed = parse_corrector(t)
+      if parsed is None:
+        out.append(Correction(text=None, malformed=True))
+      else:
+        out.append(Correction(text=ChatFormatter.assistant_text(*parsed)))
+    return out
+
+
+class LLMVerifier:
+  """Verifier served by an LLM with the App. A.1 prompt."""
+
+  def __init__(self, llm: JudgeLLM) -> None:
+    self.llm = llm
+
+  def verify(self, ctxs: Sequence[StepContext], corrected: Sequence[str]) -> list[VerifierJudgement]:
+    return [parse_verifier(t) for t in self.llm.ask([verifier_prompt(c, u) for c, u in zip(ctxs, corrected)])]
+
+
+class PolicyCorrector:
+  """Self-intervention Corrector: the policy samples u~_k from the correction prompt p_cal.
+
+  The sample is already in the agent format (it is the policy's own next turn), so
+  its ids are kept as they are; an empty sample or one cut by the length limit is
+  no correction (``malformed``).
+  """
+
+  def __init__(self, backend: GenerationBackend, params: SamplingParams, end_of_turn_id: int) -> None:
+    self.backend = backend
+    stops = tuple(dict.fromkeys(tuple(params.stop_token_ids) + (int(end_of_turn_id),)))
+    self.params = dataclasses.replace(params, stop_token_ids=stops)
+    self.end_of_turn_id = int(end_of_turn_id)
+
+  def correct(
+    self,
+    ctxs: Sequence[StepContext],
+    judgements: Sequence[ValidatorJudgement],
+    cal_prompts: Sequence[Sequence[int]],
+    seed: int,
+  ) -> list[Correction]:
+    if not cal_prompts:
+      return []
+    comps = self.backend.generate([list(p) for p in cal_prompts], self.params, seed)
+    out = []
+    for c in comps:
+      ids = np.asarray(c.token_ids).tolist()
+      if c.finish_reason != "stop" or len(ids) <= 1:
+        out.append(Correction(text=None, malformed=True))
+      else:
+        out.append(Correction(text="", token_ids=tuple(int(t) for t in ids)))
+    return out

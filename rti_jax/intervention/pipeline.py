@@ -1,0 +1,334 @@
+"""Rollout-Time Intervention: Algorithm 1 lines 3-31 (Sec. 4.1-4.2) and the training batch.
+
+Per task: G on-policy episodes (``rollout.rollout_groups``). Only if the whole group
+failed (max reward <= 0, line 5) is an intervened rollout run (lines 9-23): at every
+step k the policy drafts u^_k; the Validator judges it; if invalid, the Corrector
+writes u~_k; the Verifier checks it (unless "w/o Post-Check"); u~_k is rescored under
+the rollout prompt p_roll and kept iff ``PPL_roll(u~_k) <= delta`` (Eq. 3-4). An
+accepted u~_k replaces u^_k and the episode continues from it, with log pi_roll
+(p_roll) and log pi_cal (p_cal = p_roll + validator feedback) cached for Eq. 5-6;
+a rejected one is discarded and the draft kept. If the intervened rollout reaches
+reward 1 it replaces one failed member of the group (line 25); otherwise the group
+is unchanged (line 29).
+
+``assemble_batch`` turns groups into an ``objectives.RTIBatch`` that ``rti_loss`` /
+``loss_from_batch`` read directly. For intervened tokens ``old_logp`` is log pi_roll
+(the current policy on the rollout context, which is what the GRPO ratio of Eq. 2
+compares against); with reweighting off (rho = 1) ``cal_logp`` is set equal to
+``roll_logp`` so every weight is exactly 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from rti_jax.envs.base import Environment
+from rti_jax.generation.base import GenerationBackend
+from rti_jax.intervention.judges import (
+  Correction,
+  Corrector,
+  StepContext,
+  Validator,
+  ValidatorJudgement,
+  Verifier,
+  feedback_message,
+)
+from rti_jax.intervention.stats import InterventionStats
+from rti_jax.objectives import RTIBatch, group_advantages, ppl_gate, sequence_perplexity
+from rti_jax.rollout import ChatFormatter, Episode, RolloutConfig, Trajectory, generate_turns, sampling_with_stops
+
+
+@dataclasses.dataclass(frozen=True)
+class InterventionConfig:
+  """Switches for the paper's ablations and sweeps (Sec. 5.3-5.5).
+
+  enabled: False = plain GRPO rollouts (no intervention at all).
+  verifier_enabled: False = "RTI w/o Post-Check" (every correction goes to the gate).
+  ppl_delta: the gate threshold delta of Eq. 4 (paper: 5); ``math.inf`` = "w/o PPL Gating",
+    0 rejects every correction.
+  reweight: False = "RTI w/o Reweight" (rho_cal = 1 on every token).
+  num_intervened_rollouts: intervened rollouts per all-fail group (Algorithm 1: 1).
+  success_reward: the reward an intervened rollout must reach to enter the group.
+  domain: "navigation", "telecom", "retail" or "airline" (selects prompt templates).
+  """
+
+  enabled: bool = True
+  verifier_enabled: bool = True
+  ppl_delta: float = 5.0
+  reweight: bool = True
+  num_intervened_rollouts: int = 1
+  success_reward: float = 1.0
+  domain: str = "navigation"
+
+  def __post_init__(self) -> None:
+    if not (self.ppl_delta >= 0):
+      raise ValueError(f"ppl_delta: expected >= 0 (inf turns the gate off), got {self.ppl_delta}")
+    if self.num_intervened_rollouts < 1:
+      raise ValueError(f"num_intervened_rollouts: expected >= 1, got {self.num_intervened_rollouts}")
+
+
+@dataclasses.dataclass
+class InterventionRoles:
+  """The three MAS roles; ``verifier`` may be None only when the config turns it off."""
+
+  validator: Validator
+  corrector: Corrector
+  verifier: Verifier | None
+
+
+def group_all_failed(group: Sequence[Trajectory]) -> bool:
+  """Algorithm 1 line 5, negated: every rollout of the group has reward <= 0."""
+  return bool(group) and max(t.reward for t in group) <= 0.0
+
+
+def step_context(ep: Episode, draft: str, tools: Sequence[dict[str, Any]], domain: str) -> StepContext:
+  """The roles' view of the current step: history without the system prompt, plus evidence."""
+  msgs = ep.traj.messages
+  history = tuple(m for m in msgs if m.get("role") != "system")
+  user = next((m.get("content", "") for m in msgs if m.get("role") == "user"), "")
+  return StepContext(
+    user_query=str(user),
+    history=history,
+    draft=draft,
+    tools=tuple(tools),
+    evidence=dict(ep.env.reward_evidence()),
+    domain=domain,
+  )
+
+
+def perplexities(logps: Sequence[np.ndarray]) -> np.ndarray:
+  """``[n]`` PPL_roll of each response (Eq. 3) via ``objectives.sequence_perplexity``."""
+  if not logps:
+    return np.zeros((0,), np.float32)
+  t = max(1, max(len(x) for x in logps))
+  arr = np.zeros((len(logps), t), np.float32)
+  mask = np.zeros((len(logps), t), np.int32)
+  for i, x in enumerate(logps):
+    arr[i, : len(x)] = x
+    mask[i, : len(x)] = 1
+  return np.asarray(sequence_perplexity(jnp.asarray(arr), jnp.asarray(mask)))
+
+
+def _correction_ids(c: Correction, formatter: ChatFormatter) -> list[int] | None:
+  if c.text is None and c.token_ids is None:
+    return None
+  if c.token_ids is not None:
+    return [int(t) for t in c.token_ids]
+  return formatter.encode_assistant(c.text or "")
+
+
+def intervened_step(
+  live: Sequence[Episode],
+  drafts: Sequence[Any],
+  backend: GenerationBackend,
+  formatter: ChatFormatter,
+  roles: InterventionRoles,
+  config: InterventionConfig,
+  rollout_config: RolloutConfig,
+  stats: InterventionStats,
+  seed: int,
+) -> None:
+  """One step k of all live intervened episodes (Algorithm 1 lines 10-23), batched."""
+  tools = formatter.tool_schemas or []
+  draft_texts = [formatter.decode(d.token_ids.tolist()) for d in drafts]
+  ctxs = [step_context(ep, txt, tools, config.domain) for ep, txt in zip(live, draft_texts)]
+  stats.steps_total += len(live)
+  judgements = roles.validator.validate(ctxs)
+  stats.validator_malformed += sum(j.malformed for j in judgements)
+  flagged = [i for i, j in enumerate(judgements) if not j.is_valid]
+  stats.steps_flagged += len(flagged)
+
+  # Corrector: u~_k from the correction prompt (p_roll + validator feedback).
+  p_roll = {i: live[i].context() for i in flagged}
+  p_cal = {i: formatter.with_extra_user_message(p_roll[i], feedback_message(judgements[i])) for i in flagged}
+  corrections = roles.corrector.correct(
+    [ctxs[i] for i in flagged], [judgements[i] for i in flagged], [p_cal[i] for i in flagged], seed
+  )
+  if len(corrections) != len(flagged):
+    raise RuntimeError(f"corrector: expected {len(flagged)} corrections, got {len(corrections)}")
+  cand: dict[int, list[int]] = {}
+  for i, c in zip(flagged, corrections):
+    ids = _correction_ids(c, formatter)
+    if ids is None or len(ids) <= 1:
+      stats.corrector_malformed += 1
+      continue
+    stats.corrections_generated += 1
+    cand[i] = ids
+
+  # Verifier (Integrity-Constrained Intervention Verifier), unless "w/o Post-Check".
+  order = sorted(cand)
+  if config.verifier_enabled:
+    if roles.verifier is None:
+      raise ValueError("roles.verifier: expected a Verifier because config.verifier_enabled is True, got None")
+    verdicts = roles.verifier.verify([ctxs[i] for i in order], [formatter.decode(cand[i]) for i in order])
+    passed = []
+    for i, v in zip(order, verdicts):
+      stats.verifier_malformed += int(v.malformed)
+      if v.ok:
+        stats.verifier_accepted += 1
+        passed.append(i)
+      else:
+        stats.verifier_rejected += 1
+  else:
+    stats.verifier_skipped += len(order)
+    passed = order
+
+  # PPL gate (Eq. 3-4) on log pi_roll; cache log pi_cal for Eq. 5-6.
+  accepted: dict[int, tuple[list[int], np.ndarray, np.ndarray]] = {}
+  if passed:
+    roll = backend.score([p_roll[i] for i in passed], [cand[i] for i in passed])
+    cal = backend.score([p_cal[i] for i in passed], [cand[i] for i in passed])
+    ppl = perplexities(roll)
+    keep = np.asarray(ppl_gate(jnp.asarray(ppl), config.ppl_delta))
+    for k, i in enumerate(passed):
+      if keep[k]:
+        accepted[i] = (cand[i], np.asarray(roll[k], np.float32), np.asarray(cal[k], np.float32))
+        stats.corrections_applied += 1
+        stats.accepted_ppl_sum += float(ppl[k])
+      else:
+        stats.ppl_rejected += 1
+
+  for i, (ep, d) in enumerate(zip(live, drafts)):
+    if i in accepted:
+      ids, roll_lp, cal_lp = accepted[i]
+      ep.apply_turn(
+        formatter, ids, roll_lp.tolist(), "stop", rollout_config.max_context_tokens,
+        roll_logp=roll_lp.tolist(), cal_logp=cal_lp.tolist(),
+      )
+    else:
+      ep.apply_turn(formatter, d.token_ids.tolist(), d.logprobs.tolist(), d.finish_reason, rollout_config.max_context_tokens)
+
+
+def run_intervened_rollouts(
+  tasks: Sequence[Any],
+  env_factory: Callable[[], Environment],
+  backend: GenerationBackend,
+  formatter: ChatFormatter,
+  roles: InterventionRoles,
+  config: InterventionConfig,
+  rollout_config: RolloutConfig,
+  stats: InterventionStats,
+  *,
+  task_id: Callable[[Any], str],
+  seed: int,
+) -> list[list[Trajectory]]:
+  """``config.num_intervened_rollouts`` intervened rollouts per task, batched across tasks."""
+  per_task = [
+    [Episode(env_factory(), task, task_id(task), formatter) for _ in range(config.num_intervened_rollouts)]
+    for task in tasks
+  ]
+  episodes = [e for g in per_task for e in g]
+  params = sampling_with_stops(rollout_config.sampling, formatter)
+  turn = 0
+  while True:
+    live = [e for e in episodes if e.live]
+    if not live:
+      break
+    step_seed = seed + 1_000_003 * turn
+    drafts = generate_turns(live, backend, params, step_seed)
+    intervened_step(live, drafts, backend, formatter, roles, config, rollout_config, stats, step_seed + 17)
+    turn += 1
+  for e in episodes:
+    e.traj.intervened = True
+  return [[e.traj for e in g] for g in per_task]
+
+
+def intervene_groups(
+  groups: Sequence[Sequence[Trajectory]],
+  tasks: Sequence[Any],
+  env_factory: Callable[[], Environment],
+  backend: GenerationBackend,
+  formatter: ChatFormatter,
+  roles: InterventionRoles,
+  config: InterventionConfig,
+  rollout_config: RolloutConfig,
+  *,
+  task_id: Callable[[Any], str] = lambda t: str(getattr(t, "task_id", t)),
+  seed: int = 0,
+) -> tuple[list[list[Trajectory]], InterventionStats]:
+  """Algorithm 1 lines 5-31 for every group: intervene only where the whole group failed.
+
+  groups[n]: the G on-policy trajectories of tasks[n]. Returns the (possibly updated)
+  groups and this iteration's Table-6 statistics. A successful intervened trajectory
+  replaces the group's first member (all members failed, so any one is "a failed member").
+  """
+  if len(groups) != len(tasks):
+    raise ValueError(f"tasks: expected {len(groups)} (one per group), got {len(tasks)}")
+  stats = InterventionStats(groups_total=len(groups))
+  out = [list(g) for g in groups]
+  if not config.enabled:
+    return out, stats
+  failed = [n for n, g in enumerate(groups) if group_all_failed(g)]
+  stats.groups_triggered = len(failed)
+  if not failed:
+    return out, stats
+  runs = run_intervened_rollouts(
+    [tasks[n] for n in failed], env_factory, backend, formatter, roles, config, rollout_config, stats,
+    task_id=task_id, seed=seed,
+  )
+  for n, trajs in zip(failed, runs):
+    stats.trajectories_intervened += len(trajs)
+    stats.trajectories_with_accepted += sum(any(t.intervened_mask) for t in trajs)
+    winners = [t for t in trajs if t.reward >= config.success_reward]
+    stats.trajectories_success += len(winners)
+    if winners:
+      out[n][0] = winners[0]
+      stats.groups_replaced += 1
+  return out, stats
+
+
+def assemble_batch(
+  groups: Sequence[Sequence[Trajectory]],
+  *,
+  pad_id: int = 0,
+  reweight: bool = True,
+  max_len: int | None = None,
+  pad_multiple: int = 1,
+  advantage_std: str = "population",
+) -> RTIBatch:
+  """Groups -> ``RTIBatch`` (consecutive rows per group, right padded).
+
+  Every field is ``[B, T]`` aligned with ``input_ids`` (``field[:, t]`` is about token t),
+  which is ``objectives.next_token_logprobs``' alignment. advantages: ``[B]`` (Eq. 1).
+  max_len: sequences longer than this are cut (their tail leaves the loss).
+  """
+  sizes = {len(g) for g in groups}
+  if len(sizes) != 1 or 0 in sizes:
+    raise ValueError(f"groups: expected equal, non-zero group sizes, got {sorted(sizes)}")
+  trajs = [t for g in groups for t in g]
+  longest = max(len(t.token_ids) for t in trajs)
+  T = longest if max_len is None else min(longest, max_len)
+  T = -(-T // pad_multiple) * pad_multiple
+  B = len(trajs)
+  ids = np.full((B, T), pad_id, np.int32)
+  attn = np.zeros((B, T), np.int32)
+  fields = {k: np.zeros((B, T), np.float32) for k in ("old_logp", "roll_logp", "cal_logp")}
+  loss_mask = np.zeros((B, T), np.int32)
+  iv = np.zeros((B, T), np.int32)
+  for b, t in enumerate(trajs):
+    a = t.arrays()
+    n = min(len(a["token_ids"]), T)
+    ids[b, :n] = a["token_ids"][:n]
+    attn[b, :n] = 1
+    loss_mask[b, :n] = a["loss_mask"][:n]
+    iv[b, :n] = a["intervened_mask"][:n] & a["loss_mask"][:n]
+    fields["old_logp"][b, :n] = a["behaviour_logp"][:n]
+    fields["roll_logp"][b, :n] = a["roll_logp"][:n]
+    fields["cal_logp"][b, :n] = a["cal_logp"][:n] if reweight else a["roll_logp"][:n]
+  rewards = np.asarray([t.reward for t in trajs], np.float32)
+  adv = group_advantages(jnp.asarray(rewards), len(groups[0]), std=advantage_std)
+  return RTIBatch(
+    input_ids=jnp.asarray(ids),
+    attention_mask=jnp.asarray(attn),
+    loss_mask=jnp.asarray(loss_mask),
+    old_logp=jnp.asarray(fields["old_logp"]),
+    advantages=adv,
+    roll_logp=jnp.asarray(fields["roll_logp"]),
+    cal_logp=jnp.asarray(fields["cal_logp"]),
+    intervened_mask=jnp.asarray(iv),
+  ).check()
+

@@ -1,0 +1,314 @@
+"""Rule-based Validator and Verifier for Navigation (App. A.1.2 hard rules, no LLM).
+
+These are the defaults for a tiny CPU policy that cannot act as a judge. They read
+the same inputs as the LLM roles (``StepContext``) and return the same judgements.
+
+Validator (reward-oriented, Sec. 4.1: flags only derailing steps), on the draft u^_k:
+  * ``fabricated_coordinates``: a direction / around_search coordinate that no tool
+    result (or the user) has shown;
+  * ``premature_direction``: direction before every stop of the reward-side route has
+    been retrieved;
+  * ``redundant_search``: two identical poi_search calls in one turn;
+  * ``stubborn_repeat``: a call identical to an earlier one whose result failed
+    (error or nothing found);
+  * ``wrong_critical_call``: a direction call with retrieved coordinates that do not
+    match the reward-side route under its order level (irreversible: the last
+    direction call is scored);
+  * ``premature_answer``: a final answer (no calls) before any direction call that
+    matches the route (ends the episode with reward 0).
+  Its ``suggest_next`` names only things visible to the policy (place names of the
+  user query, cities shown in tool results).
+
+Verifier (integrity, App. A.1.2), on the correction u~_k; rejects:
+  * ``leak``: wording that refers to a hidden reference, supervisor or feedback;
+  * ``not_derivable``: a coordinate, a region or a searched name that appears neither
+    in the user question nor in the visible history;
+  * ``hallucinated_tool_result``: the reply writes a tool response itself.
+
+Reward-side evidence (``Environment.reward_evidence()``) is read leniently: the route
+as ``route`` / ``groundtruth`` / ``gt`` (a list of "lon,lat" stops or a dict with
+origin / waypoints / destination), ``order_level`` (0-4) and optionally the stop
+names as ``places`` / ``names``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any, Sequence
+
+from rti_jax.envs.tool_calls import ToolCall, parse_assistant_turn
+from rti_jax.intervention.judges import StepContext, ValidatorJudgement, VerifierJudgement
+
+_COORD_RE = re.compile(r"(?<![\d.])(-?\d{1,3}\.\d+)\s*,\s*(-?\d{1,2}\.\d+)(?![\d.])")
+_LEAK_RE = re.compile(
+  r"\b(reference|ground[\s_-]?truth|standard answer|answer key|labels?|evaluation criteria|required actions|"
+  r"prior draft|previous version|calibrat\w*|supervisor|feedback|hidden (?:answer|route|solution))\b",
+  re.IGNORECASE,
+)
+_CITY_RE = re.compile(r"\bcity\W{1,4}([A-Za-z][A-Za-z .'-]*?)\s*(?:[;,\"\n}]|$)")
+_WORD_RE = re.compile(r"[^\W_]{2,}", re.UNICODE)
+
+CoordKey = tuple[Decimal, Decimal]
+
+
+def coord_key(text: Any) -> CoordKey | None:
+  """A "lon,lat" value as exact decimals (so 121.50,25.0 == 121.5,25.00); None if not one."""
+  if not isinstance(text, str):
+    return None
+  m = _COORD_RE.fullmatch(text.strip())
+  if m is None:
+    return None
+  try:
+    return Decimal(m.group(1)).normalize(), Decimal(m.group(2)).normalize()
+  except InvalidOperation:
+    return None
+
+
+def coords_in(text: str) -> set[CoordKey]:
+  """Every "lon,lat" pair mentioned in ``text``."""
+  out = set()
+  for m in _COORD_RE.finditer(text or ""):
+    out.add((Decimal(m.group(1)).normalize(), Decimal(m.group(2)).normalize()))
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class NavEvidence:
+  """The reward-side route: ``stops`` (origin, waypoints..., destination), order level, names."""
+
+  stops: tuple[CoordKey, ...]
+  order_level: int
+  names: tuple[str, ...] = ()
+
+
+def nav_evidence(evidence: dict[str, Any]) -> NavEvidence:
+  """Reads the route out of ``reward_evidence()``; raises ValueError naming what is missing."""
+  raw = next((evidence[k] for k in ("route", "groundtruth", "gt", "truth") if k in evidence), None)
+  if isinstance(raw, dict):
+    wps = raw.get("waypoints") or []
+    if isinstance(wps, str):
+      wps = [w for w in wps.split(";") if w.strip()]
+    raw = [raw.get("origin"), *wps, raw.get("destination")]
+  elif raw is not None and hasattr(raw, "stops"):
+    raw = list(raw.stops)
+  if not isinstance(raw, (list, tuple)) or len(raw) < 2:
+    raise ValueError(f"evidence: expected a route (>= 2 'lon,lat' stops) under 'route', got {raw!r}")
+  stops = tuple(coord_key(s) for s in raw)
+  if any(s is None for s in stops):
+    raise ValueError(f"evidence['route']: expected 'lon,lat' strings, got {raw!r}")
+  level = int(evidence.get("order_level", evidence.get("order", 4)))
+  names = evidence.get("places", evidence.get("names", ()))
+  return NavEvidence(stops=stops, order_level=level, names=tuple(str(n) for n in names or ()))  # type: ignore[arg-type]
+
+
+def route_matches(pred: Sequence[CoordKey], truth: Sequence[CoordKey], order_level: int) -> bool:
+  """Order-level-aware route match (App. C.2.1): 0 any order, 1 origin fixed, 2 destination
+  fixed, 3 both ends fixed, 4 exact sequence."""
+  if len(pred) != len(truth):
+    return False
+  same = lambda a, b: collections.Counter(a) == collections.Counter(b)  # noqa: E731
+  if order_level == 0:
+    return same(pred, truth)
+  if order_level == 1:
+    return pred[0] == truth[0] and same(pred[1:], truth[1:])
+  if order_level == 2:
+    return pred[-1] == truth[-1] and same(pred[:-1], truth[:-1])
+  if order_level == 3:
+    return pred[0] == truth[0] and pred[-1] == truth[-1] and same(pred[1:-1], truth[1:-1])
+  return list(pred) == list(truth)
+
+
+def direction_stops(call: ToolCall) -> list[Any]:
+  """The raw origin, waypoints..., destination of a direction call."""
+  wps = call.arguments.get("waypoints") or []
+  if isinstance(wps, str):
+    wps = [w for w in wps.split(";") if w.strip()]
+  if not isinstance(wps, list):
+    wps = [wps]
+  return [call.arguments.get("origin"), *wps, call.arguments.get("destination")]
+
+
+@dataclasses.dataclass(frozen=True)
+class _PastCall:
+  call: ToolCall
+  result: str
+
+
+def past_calls(history: Sequence[dict[str, Any]]) -> list[_PastCall]:
+  """Calls made in ``history`` paired with their tool responses (in order)."""
+  out: list[_PastCall] = []
+  pending: list[ToolCall] = []
+  for m in history:
+    role = m.get("role")
+    if role == "assistant":
+      out.extend(_PastCall(c, "") for c in pending)
+      pending = list(parse_assistant_turn(str(m.get("content", ""))).tool_calls)
+    elif role == "tool" and pending:
+      out.append(_PastCall(pending.pop(0), str(m.get("content", ""))))
+  out.extend(_PastCall(c, "") for c in pending)
+  return out
+
+
+def is_failed_result(text: str) -> bool:
+  """An error observation or an empty search result."""
+  t = text.strip().lower()
+  if t.startswith("error") or t.startswith("found 0") or '"error"' in t:
+    return True
+  try:
+    obj = json.loads(text)
+  except (json.JSONDecodeError, TypeError):
+    return False
+  if isinstance(obj, dict):
+    if "pois" in obj and not obj["pois"]:
+      return True
+    if str(obj.get("status", "1")) == "0":
+      return True
+  return False
+
+
+def _call_key(call: ToolCall) -> str:
+  return call.name + json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)
+
+
+def visible_text(ctx: StepContext) -> str:
+  """User question and every non-assistant message of the history (what tools and user showed)."""
+  parts = [ctx.user_query] + [str(m.get("content", "")) for m in ctx.history if m.get("role") != "assistant"]
+  return "\n".join(parts)
+
+
+def _city_of(text: str, coord: CoordKey) -> str | None:
+  """The city written next to ``coord`` in a tool result (same line or JSON object)."""
+  for chunk in re.split(r"\n|\},\s*\{", text):
+    if coord in coords_in(chunk):
+      m = _CITY_RE.search(chunk)
+      if m:
+        return m.group(1).strip()
+  return None
+
+
+class NavigationRuleValidator:
+  """Rule-based Validator (see module docstring)."""
+
+  def validate(self, ctxs: Sequence[StepContext]) -> list[ValidatorJudgement]:
+    return [self.judge(c) for c in ctxs]
+
+  def judge(self, ctx: StepContext) -> ValidatorJudgement:
+    ev = nav_evidence(ctx.evidence)
+    turn = parse_assistant_turn(ctx.draft)
+    seen_text = visible_text(ctx)
+    seen = coords_in(seen_text)
+    history = past_calls(ctx.history)
+    errors: list[tuple[str, str, str]] = []  # (type, diagnosis, suggestion)
+
+    for call in turn.tool_calls:
+      raw = direction_stops(call) if call.name == "direction" else (
+        [call.arguments.get("location")] if call.name == "around_search" else [])
+      fabricated = [r for r in raw if coord_key(r) is not None and coord_key(r) not in seen]
+      if fabricated:
+        errors.append((
+          "fabricated_coordinates",
+          f"{call.name} uses coordinates {fabricated} that no tool result has shown.",
+          "Use only coordinates returned by earlier tool calls.",
+        ))
+
+    seen_keys = {_call_key(c) for c in turn.tool_calls}
+    if len(seen_keys) < len(turn.tool_calls) and any(c.name == "poi_search" for c in turn.tool_calls):
+      counts = collections.Counter(_call_key(c) for c in turn.tool_calls if c.name == "poi_search")
+      if any(v > 1 for v in counts.values()):
+        errors.append(("redundant_search", "The turn repeats an identical poi_search call.",
+                       "Search each place once per turn."))
+
+    failed = {_call_key(p.call) for p in history if p.result and is_failed_result(p.result)}
+    repeats = [c for c in turn.tool_calls if _call_key(c) in failed]
+    if repeats:
+      errors.append(("stubborn_repeat", f"{repeats[0].name} is repeated with the same arguments that already failed.",
+                     "Change the arguments (another name form, or a region) instead of repeating a failed call."))
+
+    directions = [c for c in turn.tool_calls if c.name == "direction"]
+    missing = [i for i, s in enumerate(ev.stops) if s not in seen]
+    if directions and missing:
+      errors.append(("premature_direction",
+                     f"direction is called but {len(missing)} stop(s) of the request have no matching search result yet.",
+                     self._search_hint(ev, missing, seen_text)))
+    elif directions:
+      last = directions[-1]
+      keys = [coord_key(r) for r in direction_stops(last)]
+      if all(k is not None and k in seen for k in keys) and not route_matches(keys, ev.stops, ev.order_level):  # type: ignore[arg-type]
+        errors.append(("wrong_critical_call",
+                       "The direction call's stops do not form the requested route (wrong place, count or order).",
+                       "Check that every stop is the searched place the user asked for, in the order the user gave, "
+                       "before calling direction."))
+
+    if not turn.tool_calls and not turn.errors:
+      done = any(
+        p.call.name == "direction"
+        and all(coord_key(r) is not None for r in direction_stops(p.call))
+        and route_matches([coord_key(r) for r in direction_stops(p.call)], ev.stops, ev.order_level)  # type: ignore[misc]
+        for p in history
+      )
+      if not done:
+        hint = self._search_hint(ev, missing, seen_text) if missing else (
+          "Call direction with the coordinates of all places in the requested order.")
+        errors.append(("premature_answer", "The reply ends the task before a correct route has been planned.", hint))
+
+    if not errors:
+      return ValidatorJudgement(is_valid=True, diagnosis="No hard rule is violated.")
+    return ValidatorJudgement(
+      is_valid=False,
+      error_types=tuple(e[0] for e in errors),
+      diagnosis=" ".join(e[1] for e in errors),
+      suggest_next=errors[0][2],
+    )
+
+  @staticmethod
+  def _search_hint(ev: NavEvidence, missing: Sequence[int], seen_text: str) -> str:
+    """A visible-only hint: which requested places to (re-)search, and the city the
+    already-resolved stops are in (read from the tool results)."""
+    names = [ev.names[i] for i in missing if i < len(ev.names)]
+    found = [s for s in ev.stops if s not in {ev.stops[i] for i in missing}]
+    cities = collections.Counter(c for c in (_city_of(seen_text, s) for s in found) if c)
+    where = f" with region {cities.most_common(1)[0][0]}" if cities else " with a region that fits the other stops"
+    if names:
+      return f"Search {', '.join(repr(n) for n in names)} again{where} before calling direction."
+    return f"Resolve the remaining places with poi_search{where} before calling direction."
+
+
+class NavigationRuleVerifier:
+  """Rule-based Verifier (see module docstring)."""
+
+  def verify(self, ctxs: Sequence[StepContext], corrected: Sequence[str]) -> list[VerifierJudgement]:
+    return [self.judge(c, u) for c, u in zip(ctxs, corrected)]
+
+  def judge(self, ctx: StepContext, corrected: str) -> VerifierJudgement:
+    reasons: list[str] = []
+    notes: list[str] = []
+    m = _LEAK_RE.search(corrected)
+    if m:
+      reasons.append("leak")
+      notes.append(f"mentions {m.group(0)!r}, which is not part of the visible conversation.")
+    if "<tool_response>" in corrected:
+      reasons.append("hallucinated_tool_result")
+      notes.append("writes a tool response itself.")
+    seen_text = visible_text(ctx)
+    seen = coords_in(seen_text)
+    low = seen_text.lower()
+    invisible = sorted(f"{a},{b}" for a, b in coords_in(corrected) - seen)
+    bad: list[str] = [f"coordinate {c}" for c in invisible]
+    for call in parse_assistant_turn(corrected).tool_calls:
+      region = call.arguments.get("region")
+      if isinstance(region, str) and region.strip() and region.strip().lower() not in low:
+        bad.append(f"region {region!r}")
+      if call.name == "poi_search":
+        words = _WORD_RE.findall(str(call.arguments.get("address", "")).lower())
+        if words and sum(w in low for w in words) * 2 < len(words):
+          bad.append(f"place {call.arguments.get('address')!r}")
+    if bad:
+      reasons.append("not_derivable")
+      notes.append("uses " + ", ".join(bad) + " that neither the user question nor the history shows.")
+    if reasons:
+      return VerifierJudgement(ok=False, reasons=tuple(dict.fromkeys(reasons)), diagnosis=" ".join(notes))
+    return VerifierJudgement(ok=True, diagnosis="Derivable from the visible history; no leak.")

@@ -1,0 +1,85 @@
+"""Per-iteration intervention statistics, as in the paper's Table 6 (App. D.3).
+
+One ``InterventionStats`` is filled by the pipeline per training iteration;
+``table()`` gives the Table-6 rows as ``(statistic, count, denominator, ratio)``
+and ``as_dict()`` a flat dict for JSONL metrics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+
+@dataclasses.dataclass
+class InterventionStats:
+  """Counters of one iteration (all ints unless noted).
+
+  groups_total / groups_triggered: rollout groups, and those whose whole group failed.
+  steps_total: steps of intervened rollouts; steps_flagged: flagged invalid by the Validator.
+  corrections_generated: Corrector outputs that were usable (the rest: ``corrector_malformed``).
+  verifier_accepted / verifier_rejected: Verifier verdicts (``verifier_skipped`` when it is off).
+  ppl_rejected: corrections the Verifier accepted but the PPL gate (Eq. 4) dropped.
+  corrections_applied: corrections that replaced the draft (passed both checks).
+  trajectories_intervened / trajectories_with_accepted / trajectories_success: intervened
+    rollouts, those with >= 1 applied correction, and those that reached reward 1.
+  groups_replaced: groups in which an intervened trajectory replaced a failed member.
+  accepted_ppl_sum: sum of PPL_roll (Eq. 3) over applied corrections (float).
+  *_malformed: LLM judgements that needed the conservative default.
+  """
+
+  groups_total: int = 0
+  groups_triggered: int = 0
+  steps_total: int = 0
+  steps_flagged: int = 0
+  corrections_generated: int = 0
+  verifier_accepted: int = 0
+  verifier_rejected: int = 0
+  verifier_skipped: int = 0
+  ppl_rejected: int = 0
+  corrections_applied: int = 0
+  trajectories_intervened: int = 0
+  trajectories_with_accepted: int = 0
+  trajectories_success: int = 0
+  groups_replaced: int = 0
+  accepted_ppl_sum: float = 0.0
+  validator_malformed: int = 0
+  corrector_malformed: int = 0
+  verifier_malformed: int = 0
+
+  @property
+  def mean_accepted_ppl(self) -> float:
+    """Mean PPL_roll of applied (accepted and gated-in) intervened steps; NaN if none (Fig. 5a)."""
+    return self.accepted_ppl_sum / self.corrections_applied if self.corrections_applied else math.nan
+
+  def merge(self, other: "InterventionStats") -> "InterventionStats":
+    """Field-wise sum (e.g. over data-parallel workers)."""
+    return InterventionStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)})
+
+  def table(self) -> list[tuple[str, float, float, float]]:
+    """Table-6 rows: ``(statistic, count, denominator, ratio)``; ratio NaN on a 0 denominator."""
+    judged = self.verifier_accepted + self.verifier_rejected
+    rows = [
+      ("groups with intervention triggered", self.groups_triggered, self.groups_total),
+      ("steps flagged invalid by the Validator", self.steps_flagged, self.steps_total),
+      ("corrections accepted by the Verifier", self.verifier_accepted, judged),
+      ("corrections rejected by the Verifier", self.verifier_rejected, judged),
+      ("corrections rejected by the PPL gate", self.ppl_rejected, self.verifier_accepted + self.verifier_skipped),
+      ("intervened trajectories with >= 1 accepted correction", self.trajectories_with_accepted, self.trajectories_intervened),
+      ("intervened trajectories that reached reward 1", self.trajectories_success, self.trajectories_intervened),
+    ]
+    return [(name, c, d, c / d if d else math.nan) for name, c, d in rows]
+
+  def as_dict(self, prefix: str = "rti/") -> dict[str, Any]:
+    out: dict[str, Any] = {f"{prefix}{f.name}": getattr(self, f.name) for f in dataclasses.fields(self)}
+    out[f"{prefix}mean_accepted_ppl"] = self.mean_accepted_ppl
+    return out
+
+  def format_table(self) -> str:
+    """Table 6 as text (for logs)."""
+    lines = [f"{'statistic':<56}{'count':>14}{'ratio':>10}"]
+    for name, c, d, r in self.table():
+      lines.append(f"{name:<56}{f'{int(c)} / {int(d)}':>14}{'' if math.isnan(r) else f'{100 * r:.2f}%':>10}")
+    lines.append(f"{'mean PPL of accepted intervened steps':<56}{self.mean_accepted_ppl:>14.3f}")
+    return "\n".join(lines)
