@@ -1,0 +1,174 @@
+"""HF checkpoints in and out through the one weight table."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file, save_file
+from transformers import AutoModelForCausalLM
+
+import models
+from models.weights import WEIGHT_TABLE, LoadReport, expand_table, partition_spec
+from models_fixtures import padded_batch, torch_logits, write_checkpoint
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _flax_logits(model, ids, mask):
+  return np.asarray(model(jnp.asarray(ids), jnp.asarray(mask)))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_on_disk_loads_exactly_as_upcast_weights(tmp_path, dtype):
+  ref_model = write_checkpoint(tmp_path, "qwen3", dtype=dtype)
+  model, config = models.from_pretrained(tmp_path, dtype="float32")
+  assert config.dtype == str(dtype).removeprefix("torch.")
+  # The rounding the file went through; state_dict only, so RoPE's inv_freq buffer stays fp32.
+  ref_model.load_state_dict({k: v.to(dtype).float() for k, v in ref_model.state_dict().items()})
+  ids, mask = padded_batch()
+  diff = np.abs(_flax_logits(model, ids, mask) - torch_logits(ref_model, ids, mask))
+  assert diff[mask.astype(bool)].max() <= 1e-4
+
+
+def test_sharded_checkpoint_with_index_loads(tmp_path):
+  ref_model = write_checkpoint(tmp_path, "qwen2", tie=True, max_shard_size="20KB")
+  assert os.path.isfile(tmp_path / "model.safetensors.index.json")
+  assert len([f for f in os.listdir(tmp_path) if f.endswith(".safetensors")]) > 1
+  model, _ = models.from_pretrained(tmp_path)
+  ids, mask = padded_batch()
+  diff = np.abs(_flax_logits(model, ids, mask) - torch_logits(ref_model, ids, mask))
+  assert diff[mask.astype(bool)].max() <= 1e-4
+
+
+def _edit_checkpoint(path, edit):
+  tensors = load_file(os.path.join(path, "model.safetensors"))
+  edit(tensors)
+  save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("edit, needle", [
+  (lambda t: t.pop("model.layers.1.mlp.up_proj.weight"), "model.layers.1.mlp.up_proj.weight"),
+  (lambda t: t.update({"model.layers.0.extra.weight": np.zeros(3, np.float32)}), "model.layers.0.extra.weight"),
+  (lambda t: t.update({"model.layers.0.self_attn.k_proj.weight": np.zeros((8, 32), np.float32)}),
+   r"model.layers.0.self_attn.k_proj.weight.*\(16, 32\).*\(8, 32\)"),
+])
+def test_bad_checkpoints_name_the_tensor(tmp_path, edit, needle):
+  write_checkpoint(tmp_path, "qwen3")
+  _edit_checkpoint(tmp_path, edit)
+  with pytest.raises(ValueError, match=needle):
+    models.from_pretrained(tmp_path)
+
+
+def test_rotary_buffer_and_tied_lm_head_are_ignored_and_reported(tmp_path):
+  write_checkpoint(tmp_path, "qwen2", tie=True)
+  _edit_checkpoint(tmp_path, lambda t: t.update({
+    "model.layers.0.self_attn.rotary_emb.inv_freq": np.zeros(4, np.float32),
+    "lm_head.weight": t["model.embed_tokens.weight"]}))
+  report = LoadReport()
+  models.from_pretrained(tmp_path, report=report)
+  assert sorted(report.ignored) == ["lm_head.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"]
+
+
+def test_table_covers_every_hf_tensor_exactly_once():
+  for family, tie in [("qwen3", False), ("qwen2", True)]:
+    hf_model = __import__("models_fixtures").tiny_hf_model(family, tie=tie)
+    config = models.QwenConfig.from_hf_dict(json.loads(hf_model.config.to_json_string()))
+    names = [hf for hf, _, _ in expand_table(config)]
+    assert len(names) == len(set(names))
+    assert set(names) == set(hf_model.state_dict()) - ({"lm_head.weight"} if tie else set())
+  assert all(len(s.axes) in (1, 2) for s in WEIGHT_TABLE)
+
+
+@pytest.mark.parametrize("family, tie", [("qwen3", False), ("qwen2", True)])
+def test_save_then_transformers_load_gives_the_same_logits(tmp_path, family, tie):
+  write_checkpoint(tmp_path / "in", family, tie=tie)
+  model, config = models.from_pretrained(tmp_path / "in")
+  models.save_pretrained(model, config, tmp_path / "out")
+  if tie:
+    assert "lm_head.weight" not in load_file(os.path.join(tmp_path / "out", "model.safetensors"))
+  hf = AutoModelForCausalLM.from_pretrained(tmp_path / "out", dtype=torch.float32).eval()
+  assert type(hf).__name__ == config.architecture
+  ids, mask = padded_batch(seed=5)
+  ref = torch_logits(hf, ids, mask)
+  got = _flax_logits(model, ids, mask)
+  assert np.abs(got - ref)[mask.astype(bool)].max() <= 1e-4
+  reloaded, config2 = models.from_pretrained(tmp_path / "out")
+  assert config2 == config
+  np.testing.assert_array_equal(_flax_logits(reloaded, ids, mask), got)
+
+
+def test_save_sharded_bf16_round_trips(tmp_path):
+  write_checkpoint(tmp_path / "in", "qwen3")
+  model, config = models.from_pretrained(tmp_path / "in")
+  models.save_pretrained(model, config, tmp_path / "out", dtype="bfloat16", max_shard_size="30KB")
+  index = json.load(open(tmp_path / "out" / "model.safetensors.index.json"))
+  assert len(set(index["weight_map"].values())) > 1
+  hf = AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+  assert hf.dtype == torch.bfloat16
+  m16, _ = models.from_pretrained(tmp_path / "out", dtype="float32")
+  ids, mask = padded_batch()
+  ref = torch_logits(hf.float(), ids, mask)
+  assert np.abs(_flax_logits(m16, ids, mask) - ref)[mask.astype(bool)].max() <= 1e-4
+
+
+def test_indivisible_dims_fall_back_to_replicated():
+  from jax.sharding import AbstractMesh, PartitionSpec
+  mesh = AbstractMesh((2, 4), ("data", "model"))
+  spec = next(s for s in WEIGHT_TABLE if s.hf.endswith("k_proj.weight"))
+  assert partition_spec(spec, (32, 16), mesh, {"embed": "data", "kv_heads": "model"}) == (
+    PartitionSpec("data", "model"), False)
+  assert partition_spec(spec, (32, 6), mesh, {"embed": "data", "kv_heads": "model"}) == (
+    PartitionSpec("data", None), True)
+
+
+_MESH_SCRIPT = textwrap.dedent("""
+  import os, sys
+  os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+  sys.path[:0] = [{root!r}, {tests!r}]
+  import jax, numpy as np
+  from jax.sharding import AxisType, NamedSharding
+  from flax import nnx
+  import models
+  from models.weights import expand_table
+  from models_fixtures import padded_batch, write_checkpoint
+  path = sys.argv[1]
+  write_checkpoint(path, "qwen3")
+  mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+  model, config = models.from_pretrained(path, mesh=mesh)
+  leaves = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
+  n_split = 0
+  for hf, p, spec in expand_table(config):
+    arr = leaves[p].get_value()
+    assert isinstance(arr.sharding, NamedSharding), (hf, arr.sharding)
+    assert len(arr.sharding.device_set) == 8, hf
+    shard = arr.addressable_shards[0].data.shape
+    if any(a is not None for a in arr.sharding.spec):
+      assert np.prod(shard) < np.prod(arr.shape), (hf, shard)
+      n_split += 1
+  assert n_split >= 10, n_split
+  kernel = leaves[("layers", 0, "mlp", "gate_proj", "kernel")].get_value()
+  assert kernel.sharding.spec == jax.sharding.PartitionSpec("data", "model"), kernel.sharding.spec
+  assert kernel.addressable_shards[0].data.shape == (16, 12)
+  plain, _ = models.from_pretrained(path)
+  ids, mask = padded_batch()
+  a = np.asarray(jax.jit(lambda m, i, k: m(i, k))(model, ids, mask))
+  b = np.asarray(plain(ids, mask))
+  assert np.abs(a - b)[mask.astype(bool)].max() <= 1e-5
+  print("MESH-OK", n_split)
+""")
+
+
+def test_shard_on_load_over_8_host_devices(tmp_path):
+  """Runs in a subprocess: XLA_FLAGS must be set before jax is imported."""
+  script = _MESH_SCRIPT.format(root=ROOT, tests=os.path.join(ROOT, "tests"))
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  res = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                       text=True, env=env, timeout=300)
+  assert res.returncode == 0, res.stderr[-3000:]
+  assert "MESH-OK" in res.stdout
