@@ -1,0 +1,64 @@
+"""The in-process JAX backend (default): ``models.sampler.Sampler`` behind ``GenerationBackend``.
+
+``generate`` returns, per token, the policy's log-prob at temperature 1 (the
+behaviour log-prob the loss needs), whatever temperature was sampled with;
+``score`` is teacher-forced. ``sync_weights`` swaps in a model's current parameters
+(same architecture) without recompiling.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+
+from models.sampler import Sampler
+from rti_jax.generation.base import Completion, SamplingParams
+
+
+class JaxBackend:
+  """A ``GenerationBackend`` over the project's Qwen module.
+
+  model: a ``models.Qwen``. max_cache_len: the most tokens (prompt + new) one row may
+  use (default: the model's ``max_position_embeddings``). pad_id: the padding id.
+  """
+
+  def __init__(self, model: Any, *, max_cache_len: int | None = None, pad_id: int = 0) -> None:
+    self.sampler = Sampler(model, max_cache_len=max_cache_len)
+    self.pad_id = int(pad_id)
+
+  def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int) -> list[Completion]:
+    """One batched decode; ``seed`` fixes the sampling key."""
+    if not prompts:
+      return []
+    out = self.sampler.generate(
+      [list(map(int, p)) for p in prompts],
+      key=jax.random.key(int(seed)),
+      max_new_tokens=params.max_new_tokens,
+      temperature=params.temperature,
+      top_p=params.top_p,
+      top_k=params.top_k,
+      stop_token_ids=params.stop_token_ids,
+      pad_id=self.pad_id,
+    )
+    return [
+      Completion(token_ids=np.asarray(t, np.int32), logprobs=np.asarray(lp, np.float32), finish_reason=r)
+      for t, lp, r in zip(out.tokens, out.logprobs, out.finish_reasons)
+    ]
+
+  def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    """Per-token log-probs ``[len(response)]`` under the current parameters."""
+    if not prompts and not responses:
+      return []
+    return [np.asarray(x, np.float32) for x in self.sampler.score(prompts, responses)]
+
+  def sync_weights(self, model: Any) -> None:
+    self.sampler.sync_weights(model)
+
+
+def qwen_save_fn(model: Any, path: str) -> None:
+  """``save_fn`` for ``SGLangHTTPBackend.sync_weights``: writes an HF checkpoint of a ``models.Qwen``."""
+  from models.weights import save_pretrained
+
+  save_pretrained(model, model.config, path)

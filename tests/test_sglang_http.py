@@ -1,0 +1,243 @@
+"""SGLangHTTPBackend against a local server (127.0.0.1) that serves SGLang's native API subset
+(/generate with input_ids / sampling_params / return_logprob / logprob_start_len, /health,
+/update_weights_from_disk) on top of an in-process backend. A real SGLang server is verified
+only on a GPU machine (see the README)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rti_jax.generation.base import SamplingParams
+from rti_jax.generation.sglang_http import BackendUnavailableError, SGLangHTTPBackend, SGLangProtocolError
+from rti_jax.intervention.testing import BigramBackend
+
+
+class FakeSGLang:
+  """State of the fake server: the backend it serves, injected faults, and a request log."""
+
+  def __init__(self, backend: Any) -> None:
+    self.backend = backend
+    self.fail_next = 0  # answer this many requests with HTTP 503 first
+    self.malformed = False
+    self.reload_ok = True
+    self.hits: list[str] = []
+    self.reloaded: list[str] = []
+
+  def generate(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+    ids = body["input_ids"]
+    ids = [ids] if ids and isinstance(ids[0], int) else ids
+    sps = body.get("sampling_params") or {}
+    sps = sps if isinstance(sps, list) else [sps] * len(ids)
+    starts = body.get("logprob_start_len", -1)
+    starts = starts if isinstance(starts, list) else [starts] * len(ids)
+    out = []
+    for p, sp, start in zip(ids, sps, starts):
+      meta: dict[str, Any] = {"prompt_tokens": len(p)}
+      if start is not None and start >= 0:
+        lp = self.backend.score([p[:1]], [p[1:]])[0]
+        full = [None] + [float(x) for x in lp]
+        meta["input_token_logprobs"] = [[full[j], p[j], None] for j in range(start, len(p))]
+      n = sp.get("max_new_tokens", 16)
+      if n == 0:
+        meta.update(output_token_logprobs=[], finish_reason={"type": "length", "length": 0})
+        out.append({"text": "", "output_ids": [], "meta_info": meta})
+        continue
+      params = SamplingParams(
+        max_new_tokens=n,
+        temperature=sp.get("temperature", 1.0),
+        top_p=sp.get("top_p", 1.0),
+        top_k=max(sp.get("top_k", -1), 0),
+        stop_token_ids=tuple(sp.get("stop_token_ids", ())),
+      )
+      c = self.backend.generate([p], params, sp.get("sampling_seed", 0))[0]
+      meta["output_token_logprobs"] = [[float(lp), int(t), None] for lp, t in zip(c.logprobs, c.token_ids)]
+      meta["finish_reason"] = {"type": c.finish_reason}
+      if self.malformed:
+        meta["output_token_logprobs"] = "oops"
+      out.append({"text": "", "output_ids": [int(t) for t in c.token_ids], "meta_info": meta})
+    return out
+
+
+def _handler(state: FakeSGLang) -> type[BaseHTTPRequestHandler]:
+  class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:  # keep test output quiet
+      pass
+
+    def _send(self, code: int, obj: Any) -> None:
+      data = json.dumps(obj).encode()
+      self.send_response(code)
+      self.send_header("Content-Type", "application/json")
+      self.send_header("Content-Length", str(len(data)))
+      self.end_headers()
+      self.wfile.write(data)
+
+    def _fault(self) -> bool:
+      state.hits.append(self.path)
+      if state.fail_next > 0:
+        state.fail_next -= 1
+        self._send(503, {"error": "warming up"})
+        return True
+      return False
+
+    def do_GET(self) -> None:
+      if self._fault():
+        return
+      self._send(200, {}) if self.path == "/health" else self._send(404, {"error": "no route"})
+
+    def do_POST(self) -> None:
+      if self._fault():
+        return
+      body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+      if self.path == "/generate":
+        self._send(200, state.generate(body))
+      elif self.path == "/update_weights_from_disk":
+        path = body["model_path"]
+        ok = state.reload_ok and os.path.isfile(os.path.join(path, "weights.npy"))
+        state.reloaded.append(path)
+        self._send(200, {"success": ok, "message": "loaded" if ok else "no checkpoint"})
+      else:
+        self._send(404, {"error": "no route"})
+
+  return Handler
+
+
+@pytest.fixture
+def server():
+  """Yields (state, url) of a fake SGLang server over a BigramBackend on 127.0.0.1."""
+  state = FakeSGLang(BigramBackend(vocab_size=64, seed=3))
+  httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+  thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+  thread.start()
+  yield state, f"http://127.0.0.1:{httpd.server_address[1]}"
+  httpd.shutdown()
+  httpd.server_close()
+
+
+def _client(url: str, **kw: Any) -> SGLangHTTPBackend:
+  kw.setdefault("backoff_s", 0.01)
+  kw.setdefault("timeout_s", 10.0)
+  return SGLangHTTPBackend(url, **kw)
+
+
+def test_generate_matches_the_served_backend(server):
+  state, url = server
+  client = _client(url, send_seed=True)
+  prompts = [[1, 2, 3], [5, 9], [7]]
+  params = SamplingParams(max_new_tokens=12, temperature=0.9, stop_token_ids=(4,))
+  got = client.generate(prompts, params, seed=11)
+  for i, (p, c) in enumerate(zip(prompts, got)):
+    ref = state.backend.generate([p], params, 11 + i)[0]
+    np.testing.assert_array_equal(c.token_ids, ref.token_ids)
+    np.testing.assert_allclose(c.logprobs, ref.logprobs, rtol=0, atol=1e-6)
+    assert c.finish_reason == ref.finish_reason
+  # Behaviour log-probs are temperature-1 log-probs of the served policy (independent re-derivation).
+  c0 = got[0]
+  seq = prompts[0] + c0.token_ids.tolist()
+  W = state.backend.W
+  manual = [W[seq[j - 1]][seq[j]] - np.log(np.exp(W[seq[j - 1]]).sum()) for j in range(len(prompts[0]), len(seq))]
+  np.testing.assert_allclose(c0.logprobs, manual, atol=1e-5)
+
+
+def test_score_matches_teacher_forcing(server):
+  state, url = server
+  client = _client(url)
+  prompts, responses = [[1, 2, 3], [8], [4, 4]], [[5, 6, 7, 8], [2], []]
+  got = client.score(prompts, responses)
+  ref = state.backend.score(prompts, responses)
+  assert [g.shape for g in got] == [(4,), (1,), (0,)]
+  for g, r in zip(got, ref):
+    np.testing.assert_allclose(g, r, atol=1e-6)
+
+
+def test_health_and_weight_sync(server, tmp_path):
+  state, url = server
+  client = _client(url, weights_dir=str(tmp_path / "w"))
+  assert client.health()
+
+  class Model:
+    def save_pretrained(self, path: str) -> None:
+      np.save(os.path.join(path, "weights.npy"), np.arange(3))
+
+  client.sync_weights(Model())
+  assert state.reloaded == [str(tmp_path / "w")]
+  state.reload_ok = False
+  with pytest.raises(SGLangProtocolError, match="update_weights_from_disk"):
+    client.sync_weights(Model())
+  with pytest.raises(TypeError, match="save_pretrained"):
+    client.sync_weights(object())
+
+
+def test_transient_errors_are_retried_with_a_bound(server):
+  state, url = server
+  client = _client(url, max_retries=3)
+  state.fail_next = 2
+  assert client.score([[1, 2]], [[3]])[0].shape == (1,)
+  assert state.hits.count("/generate") == 3
+  state.fail_next = 10
+  state.hits.clear()
+  with pytest.raises(BackendUnavailableError, match=f"{url}/generate.*503"):
+    client.score([[1, 2]], [[3]])
+  assert state.hits.count("/generate") == 4  # 1 try + 3 retries
+
+
+def test_unreachable_server_names_the_url():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  url = f"http://127.0.0.1:{port}"
+  client = _client(url, max_retries=1)
+  assert not client.health()
+  with pytest.raises(BackendUnavailableError, match=f"127.0.0.1:{port}/generate.*unreachable"):
+    client.generate([[1]], SamplingParams(max_new_tokens=2), seed=0)
+
+
+def test_malformed_answers_raise_protocol_errors(server):
+  state, url = server
+  client = _client(url)
+  state.malformed = True
+  with pytest.raises(SGLangProtocolError, match="output_token_logprobs"):
+    client.generate([[1]], SamplingParams(max_new_tokens=2), seed=0)
+  with pytest.raises(ValueError, match=r"prompts\[0\]"):
+    client.generate([[]], SamplingParams(max_new_tokens=2), seed=0)
+  with pytest.raises(ValueError, match="base_url"):
+    SGLangHTTPBackend("localhost:30000")
+
+
+def test_http_backend_over_the_jax_backend():
+  """The same server API on top of the project's JAX sampler (tiny random Qwen3)."""
+  from flax import nnx
+
+  from models.config import QwenConfig
+  from models.qwen import Qwen
+  from rti_jax.generation.jax_backend import JaxBackend
+
+  cfg = QwenConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=48, num_layers=1,
+                   num_heads=4, num_kv_heads=2, head_dim=8, max_position_embeddings=128)
+  backend = JaxBackend(Qwen(cfg, rngs=nnx.Rngs(0)), max_cache_len=64)
+  state = FakeSGLang(backend)
+  httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+  threading.Thread(target=httpd.serve_forever, daemon=True).start()
+  try:
+    client = _client(f"http://127.0.0.1:{httpd.server_address[1]}")
+    prompts = [[3, 4, 5], [9, 1, 2]]
+    params = SamplingParams(max_new_tokens=6, temperature=0.0)
+    got = client.generate(prompts, params, seed=0)
+    for p, c in zip(prompts, got):
+      ref = backend.generate([p], params, 0)[0]
+      np.testing.assert_array_equal(c.token_ids, ref.token_ids)
+      # The reported behaviour log-probs equal teacher-forced scores of the same tokens.
+      np.testing.assert_allclose(c.logprobs, backend.score([p], [c.token_ids.tolist()])[0], atol=1e-5)
+    scored = client.score(prompts, [c.token_ids.tolist() for c in got])
+    for s, c in zip(scored, got):
+      np.testing.assert_allclose(s, c.logprobs, atol=1e-5)
+  finally:
+    httpd.shutdown()
+    httpd.server_close()
