@@ -1,0 +1,182 @@
+"""Scripted reference agents whose transcripts double as SFT data.
+
+Both agents read the query's meaning from the task (the stop names in route order,
+which stops the query hints a city for, and the travel mode: what a perfect reader
+of the query knows), but take every coordinate from the tool observations in the
+conversation, never from the task. Their turns are plain Qwen-style text::
+
+    I will search for each place first.
+    <tool_call>
+    {"name": "poi_search", "arguments": {"address": "Dajin Park"}}
+    </tool_call>
+
+``OracleAgent`` searches, notices a result that lies in another city than the rest
+of the trip and searches it again with that region (Appendix D.4), then calls
+direction in the route order. ``NaiveAgent`` trusts the first result of each
+unregioned search.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import re
+from typing import Any, Protocol
+
+from rti_jax.envs.base import Transcript
+from rti_jax.envs.navigation.env import NavigationEnv
+from rti_jax.envs.navigation.tasks import NavTask
+from rti_jax.envs.tool_calls import ToolCall, parse_assistant_turn
+
+_POI_LINE = re.compile(r"^\d+\. name (?P<name>[^;]+); city (?P<city>[^;]+);(?: address [^;]+;)? location (?P<loc>[^;]+);")
+_ROUTE = re.compile(r"distance (?P<km>[\d.]+) km; time (?P<min>\d+) min")
+
+SEARCH_FIRST = "I will search for each place first."
+PLAN_NOW = "I have the coordinates of all places. Now I plan the route."
+
+
+class Agent(Protocol):
+  def act(self, messages: list[dict[str, Any]]) -> str:
+    """The next assistant turn given the conversation so far."""
+    ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+  name: str
+  city: str
+  location: str
+
+
+def render_turn(text: str, calls: list[ToolCall]) -> str:
+  """An assistant turn: a short sentence, then one ``<tool_call>`` block per call."""
+  blocks = [f"<tool_call>\n{c.to_json()}\n</tool_call>" for c in calls]
+  return "\n".join([text, *blocks]) if text else "\n".join(blocks)
+
+
+def observed_searches(messages: list[dict[str, Any]]) -> list[tuple[ToolCall, str]]:
+  """(call, observation) pairs of the conversation, matching each assistant turn's calls
+  to the tool messages that follow it, in order."""
+  pairs: list[tuple[ToolCall, str]] = []
+  pending: list[ToolCall] = []
+  for m in messages:
+    if m["role"] == "assistant":
+      pending = list(parse_assistant_turn(m["content"]).tool_calls)
+    elif m["role"] == "tool" and pending:
+      pairs.append((pending.pop(0), m["content"]))
+  return pairs
+
+
+def parse_candidates(observation: str) -> list[Candidate]:
+  """The candidate lines of a poi_search / around_search observation."""
+  out = []
+  for line in observation.splitlines():
+    m = _POI_LINE.match(line)
+    if m:
+      out.append(Candidate(m["name"], m["city"], m["loc"].strip()))
+  return out
+
+
+def _final_answer(messages: list[dict[str, Any]]) -> str:
+  summary = ""
+  for call, obs in observed_searches(messages):
+    m = _ROUTE.search(obs) if call.name == "direction" else None
+    if m:
+      summary = f" It is {m['km']} km and takes about {m['min']} min."
+  return f"Your route is ready.{summary}"
+
+
+def _direction_call(task: NavTask, chosen: dict[str, Candidate]) -> ToolCall:
+  locs = [chosen[s.name].location for s in task.stops]
+  args: dict[str, Any] = {"origin": locs[0], "destination": locs[-1]}
+  if len(locs) > 2:
+    args["waypoints"] = locs[1:-1]
+  args["mode"] = task.mode
+  return ToolCall("direction", args)
+
+
+def _direction_done(messages: list[dict[str, Any]]) -> bool:
+  return any(call.name == "direction" and obs.startswith("route ok") for call, obs in observed_searches(messages))
+
+
+class NaiveAgent:
+  """Searches every stop without a region and trusts each first result."""
+
+  def __init__(self, task: NavTask):
+    self.task = task
+
+  def act(self, messages: list[dict[str, Any]]) -> str:
+    task = self.task
+    if _direction_done(messages):
+      return _final_answer(messages)
+    searches = {c.arguments["address"]: parse_candidates(obs) for c, obs in observed_searches(messages)
+                if c.name == "poi_search"}
+    if not searches:
+      return render_turn(SEARCH_FIRST, [ToolCall("poi_search", {"address": s.name}) for s in task.stops])
+    chosen = {s.name: searches[s.name][0] for s in task.stops}
+    return render_turn(PLAN_NOW, [_direction_call(task, chosen)])
+
+
+class OracleAgent:
+  """Searches every stop (with the city the query gives, if any), infers the trip's city
+  from the stops whose name exists in one city only, re-searches every stop whose first
+  result lies elsewhere with that region, then plans the route in the required order."""
+
+  def __init__(self, task: NavTask):
+    self.task = task
+
+  def act(self, messages: list[dict[str, Any]]) -> str:
+    task = self.task
+    if _direction_done(messages):
+      return _final_answer(messages)
+    pairs = [(c, parse_candidates(obs)) for c, obs in observed_searches(messages) if c.name == "poi_search"]
+    if not pairs:
+      calls = [ToolCall("poi_search", {"address": s.name, "region": s.city} if s.hinted else {"address": s.name})
+               for s in task.stops]
+      return render_turn(SEARCH_FIRST, calls)
+    # The latest exact-name result of each stop, and whether it came from a regioned search.
+    best: dict[str, tuple[Candidate, bool]] = {}
+    city_votes: collections.Counter[str] = collections.Counter()
+    for call, cands in pairs:
+      name = call.arguments["address"]
+      exact = [c for c in cands if c.name.lower() == name.lower()]
+      if not exact:
+        continue
+      regioned = "region" in call.arguments
+      best[name] = (exact[0], regioned)
+      if regioned or len({c.city for c in exact}) == 1:
+        city_votes[exact[0].city] += 1
+    trip_city = city_votes.most_common(1)[0][0] if city_votes else None
+    off = [s for s in task.stops if s.name in best and not best[s.name][1]
+           and trip_city is not None and best[s.name][0].city != trip_city]
+    if off:
+      text = " ".join(f"{s.name} was found in {best[s.name][0].city}, far from the other places in {trip_city}. "
+                      f"I will search it again in {trip_city}." for s in off)
+      return render_turn(text, [ToolCall("poi_search", {"address": s.name, "region": trip_city}) for s in off])
+    chosen = {s.name: best[s.name][0] for s in task.stops}
+    return render_turn(PLAN_NOW, [_direction_call(task, chosen)])
+
+
+def run_episode(env: NavigationEnv, agent: Agent, task: NavTask) -> Transcript:
+  """Plays one episode of ``agent`` on ``task``; returns the finished transcript."""
+  messages = env.reset(task)
+  while True:
+    text = agent.act(messages)
+    result = env.step(text)
+    messages = env.transcript.messages
+    if result.done:
+      return env.transcript
+
+
+def pass_rate(env: NavigationEnv, agent_cls: type, tasks: list[NavTask]) -> float:
+  """Mean reward of ``agent_cls(task)`` over ``tasks``."""
+  if not tasks:
+    raise ValueError("tasks must be non-empty, got an empty list")
+  return sum(run_episode(env, agent_cls(t), t).reward for t in tasks) / len(tasks)
+
+
+def sft_example(transcript: Transcript) -> str:
+  """The transcript's messages as one JSON line (for SFT data files)."""
+  return json.dumps({"task_id": transcript.task_id, "reward": transcript.reward,
+                     "messages": transcript.messages}, ensure_ascii=False)

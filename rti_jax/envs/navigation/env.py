@@ -1,0 +1,167 @@
+"""The Navigation episode: ``reset(task)`` -> messages, ``step(assistant_text)`` -> tool responses.
+
+One instance runs one episode at a time. Each assistant turn may hold several
+``<tool_call>`` blocks (parallel calls); they run in order and each gets one
+``tool`` message. Coordinates shown by a turn's observations count as retrieved
+only from the next turn on, so a ``direction`` call in the same turn as the
+searches for its stops fails. The episode ends when the agent answers (a turn
+with text and no calls), when ``max_turns`` assistant turns were taken, or, with
+``end_on_direction``, right after a successful direction call. Its reward is
+``reward.score_direction`` of the last direction call.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rti_jax.envs.base import Environment, StepResult, Transcript
+from rti_jax.envs.navigation import tools
+from rti_jax.envs.navigation.reward import ORDER_RULES, score_direction
+from rti_jax.envs.navigation.tasks import NavTask
+from rti_jax.envs.navigation.world import World, normalize_location
+from rti_jax.envs.tool_calls import parse_assistant_turn
+
+SYSTEM_RULES = (
+    "You are a navigation assistant. Find the coordinates of every place in the user request with the tools, "
+    "then call direction once with the full route. Rules: use only coordinates from tool results; call direction "
+    "only after every place has coordinates; make sure the places fit together as one trip, and search again "
+    "with a region when a result does not fit; keep the order the user asks for. When the route is ready, "
+    "answer the user briefly."
+)
+TOOLS_HEADER = "# Tools\nYou may call one or more functions. Function signatures:\n<tools>"
+TOOLS_FOOTER = (
+    "</tools>\nFor each call, return a json object with the function name and arguments within "
+    "<tool_call></tool_call> tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+    "</tool_call>"
+)
+NO_ACTION = "error: no tool call and no answer; call a tool or answer the user"
+TURN_LIMIT = "error: turn limit reached"
+
+
+def system_prompt(terse: bool = False) -> str:
+  """The system message: rules plus the tool schemas in Qwen's function-calling layout."""
+  schemas = "\n".join(json.dumps(s, ensure_ascii=False, separators=(",", ":")) for s in tools.tool_schemas(terse))
+  return f"{SYSTEM_RULES}\n\n{TOOLS_HEADER}\n{schemas}\n{TOOLS_FOOTER}"
+
+
+class NavigationEnv(Environment):
+  """Offline Navigation (Appendix C.2.1) over a ``World``; implements ``Environment``."""
+
+  def __init__(self, world: World, max_turns: int | None = None, end_on_direction: bool | None = None):
+    cfg = world.config
+    self.world = world
+    self.max_turns = cfg.max_turns if max_turns is None else max_turns
+    self.end_on_direction = cfg.end_on_direction if end_on_direction is None else end_on_direction
+    if self.max_turns < 1:
+      raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+    self._task: NavTask | None = None
+    self._transcript = Transcript(task_id="")
+    self._retrieved: set[str] = set()
+    self._last_direction: tuple[object, object, object] | None = None
+    self._direction_error = False
+    self._direction_snapshot: set[str] = set()
+
+  # -- Environment interface
+  def tool_schemas(self) -> list[dict[str, Any]]:
+    return tools.tool_schemas(self.world.config.terse)
+
+  @property
+  def transcript(self) -> Transcript:
+    return self._transcript
+
+  @property
+  def task(self) -> NavTask:
+    if self._task is None:
+      raise RuntimeError("no episode: call reset(task) first")
+    return self._task
+
+  def reset(self, task: NavTask) -> list[dict[str, Any]]:
+    if not isinstance(task, NavTask):
+      raise TypeError(f"task must be a NavTask, got {type(task).__name__}")
+    self._task = task
+    self._retrieved = set()
+    self._last_direction = None
+    self._direction_error = False
+    self._direction_snapshot: set[str] = set()
+    messages = [{"role": "system", "content": system_prompt(self.world.config.terse)}, {"role": "user", "content": task.query}]
+    self._transcript = Transcript(task_id=task.task_id, messages=list(messages), info={
+        "malformed": 0, "tool_calls": 0, "tool_errors": 0, "direction_calls": 0, "reward_reason": ""})
+    return messages
+
+  def step(self, assistant_text: str) -> StepResult:
+    task = self.task
+    tr = self._transcript
+    if tr.done:
+      raise RuntimeError(f"episode {task.task_id!r} is done; call reset(task) for a new one")
+    if not isinstance(assistant_text, str):
+      assistant_text = ""  # counted as malformed below
+    tr.messages.append({"role": "assistant", "content": assistant_text})
+    tr.num_turns += 1
+    parsed = parse_assistant_turn(assistant_text)
+    out: list[dict[str, Any]] = []
+    shown: set[str] = set()
+    direction_ok = False
+    for err in parsed.errors:
+      tr.info["malformed"] += 1
+      out.append({"role": "tool", "content": f"error: malformed tool call: {err}"})
+    for call in parsed.tool_calls:
+      tr.info["tool_calls"] += 1
+      result = tools.execute(self.world, call)
+      if call.name == "direction":
+        tr.info["direction_calls"] += 1
+        # The final direction call decides the reward; a rejected one scores 0.
+        self._direction_error = result.error
+        if result.route is not None:
+          self._last_direction = result.route
+          direction_ok = True
+          self._direction_snapshot = set(self._retrieved)
+      if result.error:
+        tr.info["tool_errors"] += 1
+      shown.update(p.location for p in result.pois)
+      out.append({"role": "tool", "content": result.text})
+    done = False
+    if parsed.is_answer:
+      done = True
+    elif not parsed.tool_calls and not parsed.errors:
+      tr.info["malformed"] += 1
+      out.append({"role": "tool", "content": NO_ACTION})
+    self._retrieved |= {normalize_location(s, self.world.config.decimals) for s in shown}
+    if self.end_on_direction and direction_ok:
+      done = True
+    if tr.num_turns >= self.max_turns and not done:
+      done = True
+      out.append({"role": "tool", "content": TURN_LIMIT})
+    tr.messages.extend(out)
+    reward = 0.0
+    if done:
+      reward = self._final_reward()
+      tr.done, tr.reward = True, reward
+    return StepResult(messages=out, done=done, reward=reward, info=dict(tr.info))
+
+  def _final_reward(self) -> float:
+    task, tr = self.task, self._transcript
+    if self._direction_error:
+      reward, reason = 0.0, "direction_error"
+    else:
+      reward, reason = score_direction(self._last_direction, task.truth, task.order_level,
+                                       self.world.config.decimals, self._direction_snapshot)
+    tr.info["reward_reason"] = reason
+    return reward
+
+  def reward_evidence(self) -> dict[str, Any]:
+    """The ground truth for a Validator/Corrector (privileged; never shown to the policy).
+
+    Keys: ``order`` (0-4), ``order_rule`` (its meaning), ``ref`` (stops in route order:
+    name, city, location), ``groundtruth`` (the reference direction call's arguments).
+    """
+    task = self.task
+    truth = task.truth
+    return {
+        "order": task.order_level,
+        "order_rule": ORDER_RULES[task.order_level],
+        "ref": [{"name": s.name, "city": s.city, "location": s.location} for s in task.stops],
+        "groundtruth": {"name": "direction", "arguments": {
+            "origin": truth.origin, "destination": truth.destination, "waypoints": list(truth.waypoints),
+            "mode": task.mode}},
+    }
