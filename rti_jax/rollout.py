@@ -251,8 +251,9 @@ class RolloutConfig:
 
   group_size: G samples per task (paper: 8).
   sampling: policy sampling (paper: temperature 0.8); stop ids default to the formatter's.
-  max_context_tokens: an episode whose sequence would exceed this ends, truncated,
-    with reward 0 (counted in ``Trajectory.truncated``).
+  max_context_tokens: the most tokens a generate call may touch (prompt + new tokens);
+    an episode whose next prompt would leave less than ``sampling.max_new_tokens`` free
+    ends, truncated, with reward 0 (``Trajectory.truncated``).
   """
 
   group_size: int = 8
@@ -260,11 +261,18 @@ class RolloutConfig:
   max_context_tokens: int = 8192
   seed: int = 0
 
+  @property
+  def max_prompt_tokens(self) -> int:
+    """The longest prompt that still leaves room for a full turn."""
+    return self.max_context_tokens - self.sampling.max_new_tokens
+
 
 class Episode:
   """A live episode: an environment and the trajectory being written."""
 
-  def __init__(self, env: Environment, task: Any, task_id: str, formatter: ChatFormatter) -> None:
+  def __init__(
+    self, env: Environment, task: Any, task_id: str, formatter: ChatFormatter, max_prompt_tokens: int | None = None
+  ) -> None:
     self.env = env
     messages = env.reset(task)
     ids = formatter.prompt_ids(messages)
@@ -280,6 +288,8 @@ class Episode:
       messages=list(messages),
     )
     self.traj.append_context(ids)
+    if max_prompt_tokens is not None and len(ids) > max_prompt_tokens:
+      self.traj.done = self.traj.truncated = True
 
   @property
   def live(self) -> bool:
@@ -294,7 +304,7 @@ class Episode:
     ids: Sequence[int],
     logp: Sequence[float],
     finish_reason: str,
-    max_context_tokens: int,
+    max_prompt_tokens: int,
     *,
     roll_logp: Sequence[float] | None = None,
     cal_logp: Sequence[float] | None = None,
@@ -327,7 +337,7 @@ class Episode:
       return result
     traj.messages.extend(result.messages)
     cont = formatter.continuation_ids(result.messages)
-    if len(traj.token_ids) + len(cont) >= max_context_tokens:
+    if len(traj.token_ids) + len(cont) > max_prompt_tokens:
       traj.done = True
       traj.truncated = True
       traj.reward = 0.0
@@ -373,7 +383,7 @@ def run_episodes(
       return
     comps = generate_turns(live, backend, params, seed + 1_000_003 * turn)
     for ep, c in zip(live, comps):
-      ep.apply_turn(formatter, c.token_ids.tolist(), c.logprobs.tolist(), c.finish_reason, config.max_context_tokens)
+      ep.apply_turn(formatter, c.token_ids.tolist(), c.logprobs.tolist(), c.finish_reason, config.max_prompt_tokens)
     turn += 1
 
 
@@ -395,7 +405,8 @@ def rollout_groups(
     raise ValueError(f"config.group_size: expected >= 1, got {config.group_size}")
   seed = config.seed if seed is None else seed
   groups = [
-    [Episode(env_factory(), task, task_id(task), formatter) for _ in range(config.group_size)] for task in tasks
+    [Episode(env_factory(), task, task_id(task), formatter, config.max_prompt_tokens) for _ in range(config.group_size)]
+    for task in tasks
   ]
   run_episodes([e for g in groups for e in g], backend, formatter, config, seed)
   return [[e.traj for e in g] for g in groups]

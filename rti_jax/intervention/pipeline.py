@@ -196,11 +196,11 @@ def intervened_step(
     if i in accepted:
       ids, roll_lp, cal_lp = accepted[i]
       ep.apply_turn(
-        formatter, ids, roll_lp.tolist(), "stop", rollout_config.max_context_tokens,
+        formatter, ids, roll_lp.tolist(), "stop", rollout_config.max_prompt_tokens,
         roll_logp=roll_lp.tolist(), cal_logp=cal_lp.tolist(),
       )
     else:
-      ep.apply_turn(formatter, d.token_ids.tolist(), d.logprobs.tolist(), d.finish_reason, rollout_config.max_context_tokens)
+      ep.apply_turn(formatter, d.token_ids.tolist(), d.logprobs.tolist(), d.finish_reason, rollout_config.max_prompt_tokens)
 
 
 def run_intervened_rollouts(
@@ -218,7 +218,10 @@ def run_intervened_rollouts(
 ) -> list[list[Trajectory]]:
   """``config.num_intervened_rollouts`` intervened rollouts per task, batched across tasks."""
   per_task = [
-    [Episode(env_factory(), task, task_id(task), formatter) for _ in range(config.num_intervened_rollouts)]
+    [
+      Episode(env_factory(), task, task_id(task), formatter, rollout_config.max_prompt_tokens)
+      for _ in range(config.num_intervened_rollouts)
+    ]
     for task in tasks
   ]
   episodes = [e for g in per_task for e in g]

@@ -1,0 +1,143 @@
+"""The multi-turn rollout engine: token trajectories, masks, behaviour log-probs, batching."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from rti_jax.generation.base import SamplingParams
+from rti_jax.intervention.testing import (
+  NAV_TOOLS,
+  MiniNavEnv,
+  MiniNavScript,
+  ScriptedPolicy,
+  byte_tokenizer,
+  mini_nav_tasks,
+  scripted_logp,
+)
+from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups, turn_counts
+
+
+@pytest.fixture(scope="module")
+def tok():
+  return byte_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def fmt(tok):
+  return ChatFormatter(tok, NAV_TOOLS)
+
+
+class CountingBackend:
+  """Wraps a backend and records the batch size of every generate call."""
+
+  def __init__(self, inner):
+    self.inner = inner
+    self.batches: list[int] = []
+
+  def generate(self, prompts, params, seed):
+    self.batches.append(len(prompts))
+    return self.inner.generate(prompts, params, seed)
+
+  def score(self, prompts, responses):
+    return self.inner.score(prompts, responses)
+
+  def sync_weights(self, model):
+    self.inner.sync_weights(model)
+
+
+def _run(tok, fmt, group_size=3, **cfg):
+  policy = CountingBackend(ScriptedPolicy(tok, MiniNavScript(), scripted_logp(roll_base=-0.7)))
+  config = RolloutConfig(group_size=group_size, **cfg)
+  groups = rollout_groups(mini_nav_tasks(), MiniNavEnv, policy, fmt, config, task_id=lambda t: t.task_id)
+  return policy, groups
+
+
+def test_groups_rewards_and_batched_turns(tok, fmt):
+  policy, groups = _run(tok, fmt)
+  assert [[t.task_id for t in g] for g in groups] == [["easy"] * 3, ["hard"] * 3]
+  assert [[t.reward for t in g] for g in groups] == [[1.0] * 3, [0.0] * 3]
+  # search, direction, answer: 3 turns; every turn is one generate call over all 6 live episodes
+  assert policy.batches == [6, 6, 6]
+  np.testing.assert_array_equal(turn_counts(groups), [3] * 6)
+
+
+def test_tokens_equal_the_chat_template_of_the_transcript(tok, fmt):
+  _, groups = _run(tok, fmt, group_size=1)
+  for traj in (groups[0][0], groups[1][0]):
+    rendered = tok.apply_chat_template(traj.messages, tools=NAV_TOOLS, tokenize=True, return_dict=False)
+    # The trajectory stops right after the last end-of-turn token; the template adds a newline.
+    assert traj.token_ids == list(rendered[: len(traj.token_ids)])
+    assert tok.decode(rendered[len(traj.token_ids) :]) == "\n"
+    assert traj.prompt_len == len(fmt.prompt_ids(traj.messages[:2]))
+
+
+def test_loss_mask_covers_assistant_turns_only(tok, fmt):
+  _, groups = _run(tok, fmt, group_size=1)
+  traj = groups[1][0]
+  a = traj.arrays()
+  mask = a["loss_mask"]
+  spans = np.zeros_like(mask)
+  for turn in traj.turns:
+    spans[turn.start : turn.end] = True
+    assert tok.decode(a["token_ids"][turn.start : turn.end]) == turn.text + "<|im_end|>"
+  np.testing.assert_array_equal(mask, spans)
+  assert not mask[: traj.prompt_len].any()
+  trained = tok.decode(a["token_ids"][mask])
+  context = tok.decode(a["token_ids"][~mask])
+  assert "<tool_response>" not in trained and "Beijing" not in trained
+  assert context.count("<tool_response>") == 4  # 3 searches + 1 direction, all masked out
+  assert not a["intervened_mask"].any()
+
+
+def test_behaviour_logp_is_the_policy_logp_of_each_generated_token(tok, fmt):
+  _, groups = _run(tok, fmt, group_size=1)
+  a = groups[0][0].arrays()
+  ids, mask, lp = a["token_ids"], a["loss_mask"], a["behaviour_logp"]
+  expected = np.where(mask, -0.7 - 0.01 * (ids % 7), 0.0)
+  np.testing.assert_allclose(lp, expected, atol=1e-6)
+  assert not a["roll_logp"].any() and not a["cal_logp"].any()
+
+
+def test_length_cut_turn_is_closed_as_context_and_counted(tok, fmt):
+  sampling = SamplingParams(max_new_tokens=40, temperature=1.0)
+  _, groups = _run(tok, fmt, group_size=1, sampling=sampling)
+  traj = groups[0][0]
+  first = traj.turns[0]
+  assert first.finish_reason == "length" and first.end - first.start == 40
+  assert traj.token_ids[first.end] == fmt.end_of_turn_id and not traj.loss_mask[first.end]
+  assert traj.info["length_cut_turns"] == traj.num_turns
+
+
+def test_context_limit_truncates_with_reward_zero(tok, fmt):
+  sampling = SamplingParams(max_new_tokens=300)
+  _, groups = _run(tok, fmt, group_size=1, max_context_tokens=1600, sampling=sampling)
+  traj = groups[0][0]
+  assert traj.truncated and traj.done and traj.reward == 0.0
+  # every prompt handed to the backend left room for a full turn
+  assert all(turn.start + 300 <= 1600 for turn in traj.turns)
+  assert traj.num_turns == 1
+  _, groups = _run(tok, fmt, group_size=1, max_context_tokens=400, sampling=sampling)
+  assert groups[0][0].truncated and groups[0][0].num_turns == 0  # the initial prompt alone is too long
+
+
+def test_formatter_rejects_bad_input(tok, fmt):
+  with pytest.raises(ValueError, match="end_of_turn"):
+    ChatFormatter(tok, NAV_TOOLS, end_of_turn="not a token")
+  with pytest.raises(ValueError, match="context_ids"):
+    fmt.with_extra_user_message([1, 2, 3], "x")
+  with pytest.raises(ValueError, match="group_size"):
+    rollout_groups([], MiniNavEnv, None, fmt, dataclasses.replace(RolloutConfig(), group_size=0))
+
+
+def test_correction_prompt_is_the_rollout_prompt_plus_a_user_message(tok, fmt):
+  msgs = MiniNavEnv().reset(mini_nav_tasks()[1])
+  p_roll = fmt.prompt_ids(msgs)
+  p_cal = fmt.with_extra_user_message(p_roll, "FEEDBACK")
+  rendered = tok.apply_chat_template(msgs + [{"role": "user", "content": "FEEDBACK"}], tools=NAV_TOOLS,
+                                     add_generation_prompt=True, tokenize=True, return_dict=False)
+  assert p_cal == list(rendered)
+  text = fmt.assistant_text("why", [{"name": "poi_search", "arguments": {"address": "A"}}], "")
+  assert text == '<think>\nwhy\n</think>\n\n<tool_call>\n{"name": "poi_search", "arguments": {"address": "A"}}\n</tool_call>'
