@@ -1,0 +1,308 @@
+"""Device mesh, the logical->physical sharding table, and the jitted, mesh-sharded train step.
+
+The mesh has three axes, ``data`` (pure data parallel), ``fsdp`` (data parallel with sharded
+parameters and optimizer state) and ``tensor`` (tensor parallel). ``LOGICAL_AXIS_RULES`` is
+the only place these physical names appear: models name their parameter axes logically
+(``"vocab"``, ``"embed"``, ``"mlp"``, ...), via the variable metadata key ``logical_axes``::
+
+  nnx.Linear(d, v, kernel_init=nnx.with_metadata(init, logical_axes=("embed", "vocab")), ...)
+
+and ``logical_to_spec`` maps them to a ``PartitionSpec``. Parameters without that metadata
+fall back to the ``"fallback"`` rule (largest dimension divisible by the axis size). A
+dimension that does not divide the mesh axes it is mapped to is replicated instead (a
+documented, counted fallback: ``ShardedTrainStep.fallbacks``).
+
+The train step is ``jax.jit`` with ``NamedSharding`` in/out shardings (no ``pjit``): it runs
+``logits = model(input_ids, attention_mask)`` [B, T, V], ``logp = logp_fn(logits, input_ids)``
+[B, T], the registered loss (``LossConfig.name``, e.g. Eq. 7 for ``"rti"``), ``value_and_grad``
+and an optax update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from rti_jax.objectives import LossConfig, RTIBatch, loss_from_batch, next_token_logprobs
+
+MESH_AXES: tuple[str, str, str] = ("data", "fsdp", "tensor")
+
+LOGICAL_AXIS_RULES: Mapping[str, tuple[str, ...] | None] = {
+    # activations
+    "batch": ("data", "fsdp"),
+    "seq": None,
+    "act_vocab": ("tensor",),
+    # parameters
+    "vocab": ("tensor",),
+    "embed": ("fsdp",),
+    "mlp": ("tensor",),
+    "heads": ("tensor",),
+    "kv_heads": ("tensor",),
+    "head_dim": None,
+    "norm": None,
+    "layers": None,
+    # parameters without ``logical_axes`` metadata: largest divisible dimension
+    "fallback": ("fsdp",),
+}
+"""Logical axis name -> tuple of mesh axes (or None = replicated). The single sharding table."""
+
+LOGICAL_AXES_KEY = "logical_axes"
+"""Variable metadata key holding a parameter's logical axis names (one per dimension)."""
+
+
+def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1, *,
+              devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """A ``(data, fsdp, tensor)`` mesh with Auto axis types over ``devices`` (default: all).
+
+  The product of the axis sizes must equal the number of devices used.
+  """
+  sizes = dict(zip(MESH_AXES, (data, fsdp, tensor)))
+  for name, size in sizes.items():
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+      raise ValueError(f"{name}: expected a positive int mesh axis size, got {size!r}")
+  devs = list(jax.devices() if devices is None else devices)
+  if data * fsdp * tensor != len(devs):
+    raise ValueError(f"data*fsdp*tensor: expected {len(devs)} (the number of devices), got "
+                     f"{data}*{fsdp}*{tensor}={data * fsdp * tensor}")
+  return jax.make_mesh((data, fsdp, tensor), MESH_AXES, axis_types=(AxisType.Auto,) * 3,
+                       devices=devs)
+
+
+def _entry_axes(entry: Any) -> tuple[str, ...]:
+  """Mesh axes of one PartitionSpec entry (None, a name, or a tuple of names)."""
+  if entry is None:
+    return ()
+  return (entry,) if isinstance(entry, str) else tuple(entry)
+
+
+def _axes_size(mesh: Mesh, axes: Any) -> int:
+  return math.prod(mesh.shape[a] for a in _entry_axes(axes))
+
+
+def logical_to_spec(logical_axes: Sequence[str | None], *, mesh: Mesh | None = None,
+                    shape: Sequence[int] | None = None,
+                    rules: Mapping[str, tuple[str, ...] | None] = LOGICAL_AXIS_RULES,
+                    fallbacks: list[str] | None = None, name: str = "array") -> PartitionSpec:
+  """PartitionSpec for an array whose dimensions carry ``logical_axes`` (None = replicated).
+
+  With ``mesh`` and ``shape``, a dimension whose size is not divisible by its mesh axes, or
+  whose mesh axes are already used by an earlier dimension, is replicated and a note is
+  appended to ``fallbacks``. Unknown logical names raise ValueError.
+  """
+  if shape is not None and len(logical_axes) != len(shape):
+    raise ValueError(f"{name}: expected {len(shape)} logical axes (one per dimension of shape "
+                     f"{tuple(shape)}), got {tuple(logical_axes)}")
+  used: set[str] = set()
+  spec: list[tuple[str, ...] | None] = []
+  for i, logical in enumerate(logical_axes):
+    if logical is None:
+      spec.append(None)
+      continue
+    if logical not in rules:
+      raise ValueError(f"{name}: logical axis {logical!r} is not in the sharding rules {sorted(rules)}")
+    axes = rules[logical]
+    if not axes:
+      spec.append(None)
+      continue
+    axes = tuple(axes)
+    if mesh is not None:
+      problem = None
+      if used & set(axes):
+        problem = f"mesh axes {axes} already used"
+      elif shape is not None and shape[i] % _axes_size(mesh, axes) != 0:
+        problem = f"size {shape[i]} not divisible by {axes}={_axes_size(mesh, axes)}"
+      if problem:
+        if fallbacks is not None:
+          fallbacks.append(f"{name} dim {i} ({logical}): {problem}; replicated")
+        spec.append(None)
+        continue
+      axes = tuple(a for a in axes if mesh.shape[a] > 1) or None
+    if axes:
+      used |= set(axes)
+    spec.append(axes)
+  return PartitionSpec(*spec)
+
+
+def _fallback_spec(shape: tuple[int, ...], mesh: Mesh,
+                   rules: Mapping[str, tuple[str, ...] | None]) -> PartitionSpec:
+  """Shards the largest dimension divisible by the ``fallback`` axes; replicated otherwise."""
+  axes = tuple(rules.get("fallback") or ())
+  size = _axes_size(mesh, axes) if axes else 1
+  if size <= 1 or not shape:
+    return PartitionSpec()
+  for i in sorted(range(len(shape)), key=lambda j: -shape[j]):
+    if shape[i] % size == 0:
+      spec: list[Any] = [None] * len(shape)
+      spec[i] = axes
+      return PartitionSpec(*spec)
+  return PartitionSpec()
+
+
+def _is_var(x: Any) -> bool:
+  return isinstance(x, nnx.Variable)
+
+
+def param_shardings(params: Any, mesh: Mesh, *,
+                    rules: Mapping[str, tuple[str, ...] | None] = LOGICAL_AXIS_RULES,
+                    fallbacks: list[str] | None = None) -> Any:
+  """NamedSharding for every parameter of an ``nnx.State`` (same tree structure as ``params``).
+
+  Uses each variable's ``logical_axes`` metadata through ``rules``; variables without it use
+  the ``"fallback"`` rule.
+  """
+
+  def one(path: tuple, var: Any) -> Any:
+    name = jax.tree_util.keystr(path)
+    if not _is_var(var):
+      return NamedSharding(mesh, PartitionSpec())
+    shape = tuple(np.shape(var.get_value()))
+    logical = var.get_metadata().get(LOGICAL_AXES_KEY)
+    if logical is None:
+      spec = _fallback_spec(shape, mesh, rules)
+    else:
+      spec = logical_to_spec(tuple(logical), mesh=mesh, shape=shape, rules=rules,
+                             fallbacks=fallbacks, name=name)
+    return var.replace(NamedSharding(mesh, spec))
+
+  return jax.tree_util.tree_map_with_path(one, params, is_leaf=_is_var)
+
+
+def _opt_state_shardings(opt_state_shape: Any, params_shardings: Any, mesh: Mesh) -> Any:
+  """Optimizer-state leaves whose key path ends with a parameter's path (and has its shape)
+  get that parameter's sharding (Adam moments, ...); everything else is replicated."""
+  by_path: dict[tuple, Any] = {}
+  for path, sh in jax.tree_util.tree_leaves_with_path(params_shardings):
+    by_path[tuple(str(k) for k in path)] = sh
+  replicated = NamedSharding(mesh, PartitionSpec())
+
+  def one(path: tuple, leaf: Any) -> Any:
+    keys = tuple(str(k) for k in path)
+    for n in range(len(keys), 0, -1):
+      sh = by_path.get(keys[-n:])
+      if sh is not None and len(sh.spec) <= len(getattr(leaf, "shape", ())):
+        return sh
+    return replicated
+
+  return jax.tree_util.tree_map_with_path(one, opt_state_shape)
+
+
+def batch_sharding(mesh: Mesh, *,
+                   rules: Mapping[str, tuple[str, ...] | None] = LOGICAL_AXIS_RULES) -> NamedSharding:
+  """Sharding of every batch array: leading (batch) dimension over the ``"batch"`` rule's axes."""
+  return NamedSharding(mesh, logical_to_spec(("batch",), mesh=mesh, rules=rules))
+
+
+class StepOutput(NamedTuple):
+  """loss: float32 scalar; grads: like params (before the optax update); metrics: dict of scalars."""
+
+  loss: jax.Array
+  grads: Any
+  metrics: dict
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class TrainState:
+  """params: ``nnx.State`` of the model's ``nnx.Param`` variables; rest: its other state
+  (read-only in the step); opt_state: the optax state."""
+
+  params: Any
+  rest: Any
+  opt_state: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardedTrainStep:
+  """What ``make_train_step`` builds.
+
+  step(state, batch) -> (new_state, StepOutput): the jitted train step.
+  state: the initial ``TrainState``, placed on the mesh.
+  graphdef: rebuild the model with ``merge(state)``.
+  fallbacks: parameter dimensions that were replicated instead of sharded, with the reason.
+  """
+
+  step: Callable[[TrainState, RTIBatch], tuple[TrainState, StepOutput]]
+  state: TrainState
+  graphdef: Any
+  mesh: Mesh
+  state_shardings: TrainState
+  batch_sharding: NamedSharding
+  fallbacks: tuple[str, ...]
+
+  def merge(self, state: TrainState) -> nnx.Module:
+    """The NNX model holding ``state``'s parameters."""
+    return nnx.merge(self.graphdef, state.params, state.rest)
+
+  def shard_batch(self, batch: RTIBatch) -> RTIBatch:
+    """Places a host batch on the mesh (batch dimension split); checks B divides evenly."""
+    batch.check()
+    b = batch.shape[0]
+    n = _axes_size(self.mesh, self.batch_sharding.spec[0] if self.batch_sharding.spec else None)
+    if b % n != 0:
+      raise ValueError(f"batch.input_ids: expected a batch size divisible by the data-parallel "
+                       f"degree {n}, got B={b}")
+    return jax.device_put(batch, self.batch_sharding)
+
+
+LogpFn = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: Mesh,
+                    loss_cfg: LossConfig, *, logp_fn: LogpFn = next_token_logprobs,
+                    rules: Mapping[str, tuple[str, ...] | None] = LOGICAL_AXIS_RULES,
+                    donate: bool = False) -> ShardedTrainStep:
+  """Builds the sharded train step for any NNX model with ``logits = model(input_ids, attention_mask)``.
+
+  model: an NNX module returning logits [B, T, V]; tx: optax transformation; mesh: from
+  ``make_mesh``; loss_cfg: which registered loss and its settings; logp_fn(logits [B, T, V],
+  input_ids [B, T]) -> logp [B, T] aligned with ``input_ids`` (default ``next_token_logprobs``).
+  donate: donate the input state buffers to the step (saves memory; the old state is invalid).
+  Parameters and optimizer moments are sharded by ``param_shardings``; the batch dimension by
+  the ``"batch"`` rule; loss and metrics are replicated.
+  """
+  if not isinstance(loss_cfg, LossConfig):
+    raise ValueError(f"loss_cfg: expected a LossConfig, got {type(loss_cfg).__name__}")
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  fallbacks: list[str] = []
+  p_sh = param_shardings(params, mesh, rules=rules, fallbacks=fallbacks)
+  replicated = NamedSharding(mesh, PartitionSpec())
+  r_sh = jax.tree.map(lambda _: replicated, rest)
+  params = jax.device_put(params, p_sh)
+  rest = jax.device_put(rest, r_sh)
+  o_sh = _opt_state_shardings(jax.eval_shape(tx.init, params), p_sh, mesh)
+  opt_state = jax.jit(tx.init, out_shardings=o_sh)(params)
+  state_sh = TrainState(p_sh, r_sh, o_sh)
+  b_sh = batch_sharding(mesh, rules=rules)
+  logits_sh = NamedSharding(mesh, logical_to_spec(("batch", "seq", "act_vocab"), mesh=mesh,
+                                                  rules=rules))
+
+  def step(state: TrainState, batch: RTIBatch) -> tuple[TrainState, StepOutput]:
+    def loss_fn(p: Any) -> tuple[jax.Array, dict]:
+      net = nnx.merge(graphdef, p, state.rest)
+      logits = net(batch.input_ids, batch.attention_mask)
+      if logits.ndim != 3 or tuple(logits.shape[:2]) != tuple(batch.input_ids.shape):
+        raise ValueError(f"model(input_ids, attention_mask): expected logits [B, T, V] with "
+                         f"[B, T]={tuple(batch.input_ids.shape)}, got {tuple(logits.shape)}")
+      if logits.shape[-1] % _axes_size(mesh, logits_sh.spec[-1]) == 0:
+        logits = jax.lax.with_sharding_constraint(logits, logits_sh)
+      return loss_from_batch(logp_fn(logits, batch.input_ids), batch, loss_cfg)
+
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    return TrainState(params, state.rest, opt_state), StepOutput(loss, grads, metrics)
+
+  out_sh = (state_sh, StepOutput(replicated, p_sh, replicated))
+  jitted = jax.jit(step, in_shardings=(state_sh, b_sh), out_shardings=out_sh,
+                   donate_argnums=(0,) if donate else ())
+  return ShardedTrainStep(step=jitted, state=TrainState(params, rest, opt_state),
+                          graphdef=graphdef, mesh=mesh, state_shardings=state_sh,
+                          batch_sharding=b_sh, fallbacks=tuple(fallbacks))
