@@ -92,11 +92,15 @@ _SHADOWS = {"set_network_mode_preference": "check_network_mode_preference",
             "reset_apn_settings": "check_apn_settings", "toggle_wifi_calling": "check_wifi_calling_status",
             "toggle_wifi": "check_wifi_status", "disconnect_vpn": "check_vpn_status",
             "connect_vpn": "check_vpn_status", "grant_app_permission": "check_app_permissions"}
+# A described request is ignored in a sentence that is about something else.
+_EXCLUDE = {"toggle_data": r"\bplan\b|refuel|\bgb\b|usage|allowance|limit|(?:more|extra|additional) data",
+            "toggle_roaming": r"\bplan\b|\bcharge|\bfee\b"}
 _AGENT_STATEMENT = re.compile(r"^\s*(?:i|we)(?:'ve|'ll| have| will| just| already| can see| see| checked| enabled| "
                               r"refueled| sent| resumed| added)\b")
 _AGENT_SIDE = re.compile(r"\bme to\b|\bon (?:your|the) (?:line|account)\b|\bi'll\b|\bi will\b|\blet me\b|\bi can\b|\bour end\b")
-_SENTENCE_RE = re.compile(r"[^.!?\n]+(?:[.!?]+|\n|$)")
-_ARG_RE = re.compile(r"(\w+)\s*[=:]\s*[\"']?([\w\-./]+)[\"']?")
+# A sentence ends at . ! ? ; or a newline, never inside a call's parentheses.
+_SENTENCE_RE = re.compile(r"(?:[^.!?;\n()]|\([^)]*\)?)+(?:[.!?;]+|\n|$)")
+_ARG_RE = re.compile(r"""(\w+)\s*[=:]\s*(?:"([^"]*)"|'([^']*)'|([\w\-./:]+))""")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,7 +238,7 @@ def find_requests(text: str, phone: st.PhoneState) -> tuple[list[Request], list[
       if name not in dt.DEVICE_TOOLS:
         continue
       named.add(name)
-      args = {k: v for k, v in _ARG_RE.findall(name_match.group(3) or "")}
+      args = {k: a or b or c for k, a, b, c in _ARG_RE.findall(name_match.group(3) or "")}
       if dt.DEVICE_TOOLS[name].params and set(args) != set(dt.DEVICE_TOOLS[name].params):
         inferred = _args_from_sentence(name, sentence, phone)
         if inferred is None:
@@ -253,6 +257,8 @@ def find_requests(text: str, phone: st.PhoneState) -> tuple[list[Request], list[
       if m is None or tool in claimed or any(_SHADOWS.get(f) == tool for f in claimed):
         continue
       if tool in ("toggle_roaming", "make_payment") and _AGENT_SIDE.search(sentence):
+        continue
+      if tool in _EXCLUDE and re.search(_EXCLUDE[tool], prose):
         continue
       claimed.add(tool)
       args = _args_from_sentence(tool, sentence, phone)
@@ -387,12 +393,13 @@ class ScriptedUser:
   def _offer_answers(self, text: str) -> list[str]:
     p = self.profile
     out = []
-    is_offer = "?" in text or _OFFER_Q.search(text)
+    is_offer = "?" in text or _OFFER_Q.search(text) or re.search(r"anything else", text)
     if not is_offer:
       return out
-    if _PLAN.search(text):
+    plan = _PLAN.search(text)
+    if plan:
       out.append("Yes, I'd like to change my plan." if p.accepts_plan_change else "No, I don't want to change my plan.")
-    if _REFUEL.search(text):
+    if _REFUEL.search(text) and (not plan or re.search(r"refuel|top.?up", text)):
       if p.refuel_gb is None:
         out.append("No, I don't want to buy more data.")
       else:
@@ -401,6 +408,8 @@ class ScriptedUser:
       out.append("Yes, please enable roaming on my line.")
     if _PAY_OFFER.search(text) and not re.search(r"payment request", text) and "me to" in text:
       out.append("Yes, I'll pay the bill." if p.pays_bills else "No, I don't want to pay anything now.")
+    if not out and re.search(r"anything else", text):
+      out.append("Yes, my problem is not solved yet.")
     if not out and _OFFER_Q.search(text) and "?" in text:
       out.append("Yes, please go ahead.")
     return out

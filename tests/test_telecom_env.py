@@ -1,0 +1,165 @@
+"""tau2-Telecom episodes: gold replay coverage, do-nothing, reward composition, robustness."""
+
+import json
+
+import pytest
+
+from rti_jax.envs.base import Environment
+from rti_jax.envs.telecom import TRANSFER_MESSAGE, TelecomEnv, get_task, load_tasks
+from rti_jax.envs.telecom import state as st
+from rti_jax.envs.telecom.__main__ import compute_stats, main
+from rti_jax.envs.telecom.evaluation import ToolCallRecord, evaluate
+from rti_jax.envs.telecom.scripted_agents import do_nothing_turns, gold_agent_turns, run_episode, tool_call_text
+
+TRANSFER_TASK = "[service_issue]contract_end_suspension|lock_sim_card_pin[PERSONA:Hard]"
+DATA_AT_HOME = "[mobile_data_issue]data_mode_off|data_usage_exceeded[PERSONA:None]"
+ALL_IDS = list(load_tasks())
+
+
+def test_is_an_environment():
+  env = TelecomEnv()
+  assert isinstance(env, Environment) and env.max_turns == 30
+  messages = env.reset(DATA_AT_HOME)
+  assert [m["role"] for m in messages] == ["system", "user"]
+  assert "Telecom Agent Policy" in messages[0]["content"] and "mobile data" in messages[1]["content"].lower()
+  names = [s["function"]["name"] for s in env.tool_schemas()]
+  assert "refuel_data" in names and "toggle_data" not in names
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gold_replay_scores_one_on_every_base_task(seed):
+  env = TelecomEnv(seed=seed)
+  failed = [tid for tid in ALL_IDS if run_episode(env, tid, gold_agent_turns(get_task(tid))) != 1.0]
+  assert failed == []
+
+
+@pytest.mark.parametrize("stop", [True, False])
+def test_do_nothing_scores_zero_on_every_base_task(stop):
+  env = TelecomEnv()
+  rewards = {tid: run_episode(env, tid, do_nothing_turns(stop=stop)) for tid in ALL_IDS}
+  assert set(rewards.values()) == {0.0}
+  assert env.transcript.info["termination"] == ("agent_stop" if stop else "max_turns")
+
+
+def test_reward_is_the_product_of_assertions_and_actions():
+  """Reference: the product over the basis of all(assertions) and all(actions), by hand."""
+  task = get_task(TRANSFER_TASK)  # basis ENV_ASSERTION + ACTION; asserts no_service, expects a transfer
+  state = st.initialize(list(task.init_actions))
+  transfer = ToolCallRecord("assistant", "transfer_to_human_agents", {"summary": "anything"}, True)
+  lookup = ToolCallRecord("assistant", "get_customer_by_id", {"customer_id": "C1001"}, True)
+  cases = [([transfer], "transfer", 1.0 * 1.0), ([lookup], "agent_stop", 1.0 * 0.0),
+           ([transfer], "max_turns", 0.0),
+           ([ToolCallRecord("user", "transfer_to_human_agents", {"summary": "x"}, True)], "transfer", 0.0),
+           ([ToolCallRecord("assistant", "transfer_to_human_agents", {"summary": "x"}, False)], "transfer", 0.0)]
+  for calls, termination, expected in cases:
+    assert evaluate(task, state, calls, termination).reward == expected, (calls, termination)
+  state.phone.sim_card_status = "active"  # now the phone gets service: the assertion fails
+  st.find_record(state.db, "lines", "line_id", "L1002")["status"] = "Active"
+  st.sync_surroundings(state)
+  st.network_search(state)
+  info = evaluate(task, state, [transfer], "transfer")
+  assert info.reward == 0.0 and info.assertions[0][1] is False and info.actions[0][1] is True
+
+
+def test_action_check_compares_arguments_unless_told_not_to():
+  task = get_task(DATA_AT_HOME)  # basis ENV_ASSERTION only, so actions do not enter the reward
+  state = st.initialize(list(task.init_actions))
+  refuel = ToolCallRecord("assistant", "refuel_data", {"customer_id": "C1001", "line_id": "L1002", "gb_amount": 2}, True)
+  wrong = ToolCallRecord("assistant", "refuel_data", {"customer_id": "C1001", "line_id": "L1002", "gb_amount": 1.0}, True)
+  names = dict(evaluate(task, state, [refuel], "agent_stop").actions)
+  assert names["assistant:refuel_data"] is True
+  assert dict(evaluate(task, state, [wrong], "agent_stop").actions)["assistant:refuel_data"] is False
+
+
+def test_agent_call_to_a_device_tool_is_an_error_observation():
+  env = TelecomEnv()
+  env.reset(DATA_AT_HOME)
+  result = env.step(tool_call_text("toggle_data", {}))
+  assert not result.done and result.messages[0]["role"] == "tool"
+  assert "tool on the user's phone" in result.messages[0]["content"]
+  assert result.info["user_device_calls_by_agent"] == 1 and result.info["tool_errors"] == 1
+  assert env.state.phone.data_enabled is False  # nothing changed on the phone
+
+
+def test_malformed_output_never_crashes():
+  env = TelecomEnv()
+  env.reset(DATA_AT_HOME)
+  result = env.step("<tool_call>{not json</tool_call>")
+  assert result.messages[0]["content"].startswith("Error: tool call is not valid JSON")
+  assert result.info["malformed"] == 1
+  result = env.step(tool_call_text("refuel_data", {"customer_id": "C1001", "line_id": "L1002", "gb_amount": "two"}))
+  assert "must be a number" in result.messages[0]["content"]
+  result = env.step("")  # an empty message to the user
+  assert result.messages[0]["role"] == "user" and result.info["unmapped_user_turns"] == 1
+  assert not result.done
+
+
+def test_step_needs_an_episode():
+  env = TelecomEnv()
+  with pytest.raises(RuntimeError, match="call reset"):
+    env.step("hello")
+  env.reset(DATA_AT_HOME)
+  env.step("Bye. ###STOP###")
+  with pytest.raises(RuntimeError, match="call reset"):
+    env.step("hello again")
+  with pytest.raises(KeyError, match="not one of the 114 base tasks"):
+    env.reset("[mms_issue]nothing[PERSONA:None]")
+  with pytest.raises(ValueError, match="max_turns must be >= 1"):
+    TelecomEnv(max_turns=0)
+
+
+def test_turn_limit_scores_zero_even_when_assertions_hold():
+  env = TelecomEnv(max_turns=4)
+  env.reset(TRANSFER_TASK)
+  env.step(tool_call_text("transfer_to_human_agents", {"summary": "cannot fix"}))
+  for _ in range(3):
+    result = env.step(tool_call_text("get_customer_by_id", {"customer_id": "C1001"}))
+  assert result.done and result.reward == 0.0 and env.transcript.info["termination"] == "max_turns"
+  assert env.result.assertions[0][1] is True and env.result.actions[0][1] is True
+
+
+def test_transfer_then_message_ends_with_reward():
+  env = TelecomEnv()
+  env.reset(TRANSFER_TASK)
+  env.step(tool_call_text("transfer_to_human_agents", {"summary": "SIM locked"}))
+  result = env.step(TRANSFER_MESSAGE)
+  assert result.done and result.reward == 1.0 and env.transcript.info["termination"] == "transfer"
+
+
+def test_transcript_keeps_per_turn_records():
+  env = TelecomEnv()
+  task = get_task(DATA_AT_HOME)
+  run_episode(env, task, gold_agent_turns(task))
+  turns = env.transcript.info["turns"]
+  assert len(turns) == env.transcript.num_turns
+  assert turns[1]["agent_calls"][0]["name"] == "get_customer_by_phone"
+  user_calls = [c["name"] for t in turns for c in t["user_calls"]]
+  assert "toggle_data" in user_calls and user_calls[-1] == "run_speed_test"
+  assert env.transcript.info["evaluation"]["reward"] == 1.0
+  # Messages: system, opening user message, then one assistant message per turn plus replies.
+  assert sum(m["role"] == "assistant" for m in env.transcript.messages) == env.transcript.num_turns
+  json.dumps(env.transcript.info)  # JSON-serialisable for logging
+
+
+def test_reward_evidence_separates_agent_and_user_actions():
+  env = TelecomEnv()
+  assert env.reward_evidence() == {}
+  env.reset(DATA_AT_HOME)
+  ev = env.reward_evidence()
+  assert ev["agent_actions"] == [{"name": "refuel_data",
+                                  "arguments": {"customer_id": "C1001", "line_id": "L1002", "gb_amount": 2.0}}]
+  assert ev["user_actions"] == [{"name": "toggle_data", "arguments": {}}]
+  assert [a["func_name"] for a in ev["env_assertions"]] == [
+      "assert_mobile_data_status", "assert_internet_speed", "assert_data_refueling_amount"]
+  assert "toggle_data" in ev["user_device_tools"] and "toggle_data" not in ev["agent_tools"]
+
+
+def test_stats_cli():
+  stats = compute_stats(seeds=(0,))
+  base = stats["splits"]["base"]
+  assert base["tasks"] == 114 and base["by_issue_type"] == {
+      "service_issue": 29, "mobile_data_issue": 36, "mms_issue": 49}
+  assert base["covered_tasks"] == 114 and base["gold_replay_pass"] == 1.0
+  assert base["do_nothing_stop_pass"] == 0.0 and base["do_nothing_chat_pass"] == 0.0
+  assert (stats["splits"]["train"]["tasks"], stats["splits"]["test"]["tasks"]) == (74, 40)
+  assert main(["stats", "--seeds", "0"]) == 0
