@@ -1,0 +1,207 @@
+"""Algorithm 1 with a scripted policy on a miniature Navigation env: trigger, Verifier, PPL gate,
+cached log-probs, reweighting and the RTIBatch that rti_loss reads."""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rti_jax.intervention import (
+  InterventionConfig,
+  InterventionRoles,
+  JudgeLLM,
+  LLMValidator,
+  NavigationRuleValidator,
+  NavigationRuleVerifier,
+  PolicyCorrector,
+  assemble_batch,
+  intervene_groups,
+)
+from rti_jax.intervention.testing import (
+  FEEDBACK_MARKER,
+  NAV_TOOLS,
+  MiniNavEnv,
+  MiniNavScript,
+  ScriptedPolicy,
+  byte_tokenizer,
+  mini_nav_tasks,
+  scripted_logp,
+)
+from rti_jax.objectives import LossConfig, calibration_weights, loss_from_batch
+from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
+
+ROLL, CAL = -1.0, -0.2  # scripted log-prob bases under p_roll and p_cal
+
+
+@pytest.fixture(scope="module")
+def tok():
+  return byte_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def fmt(tok):
+  return ChatFormatter(tok, NAV_TOOLS)
+
+
+def _run(tok, fmt, correction="region", group_size=2, verifier=True, **cfg):
+  policy = ScriptedPolicy(tok, MiniNavScript(correction), scripted_logp(ROLL, CAL))
+  rc = RolloutConfig(group_size=group_size)
+  tasks = mini_nav_tasks()
+  groups = rollout_groups(tasks, MiniNavEnv, policy, fmt, rc, task_id=lambda t: t.task_id)
+  n_calls = len(policy.calls)
+  roles = InterventionRoles(
+    NavigationRuleValidator(),
+    PolicyCorrector(policy, rc.sampling, fmt.end_of_turn_id),
+    NavigationRuleVerifier(),
+  )
+  config = InterventionConfig(verifier_enabled=verifier, **cfg)
+  new, stats = intervene_groups(groups, tasks, MiniNavEnv, policy, fmt, roles, config, rc, task_id=lambda t: t.task_id)
+  return groups, new, stats, policy.calls[n_calls:]
+
+
+def _expected_logp(ids, base):
+  ids = np.asarray(ids)
+  return base - 0.01 * (ids % 7)
+
+
+def test_only_the_all_fail_group_is_intervened(tok, fmt):
+  groups, new, stats, calls = _run(tok, fmt)
+  assert [max(t.reward for t in g) for g in groups] == [1.0, 0.0]
+  assert stats.groups_total == 2 and stats.groups_triggered == 1
+  # every prompt of the intervention phase belongs to the ambiguous task
+  assert calls and all("Yixing Temple" in c for c in calls)
+  assert new[0] == groups[0]  # the group with a success is untouched
+  assert new[1][0].intervened and new[1][0].reward == 1.0 and new[1][1] is groups[1][1]
+  assert stats.trajectories_intervened == 1 and stats.trajectories_success == 1 and stats.groups_replaced == 1
+  assert stats.trajectories_with_accepted == 1 and stats.corrections_applied == 1
+
+
+def test_accepted_correction_replaces_the_draft_and_caches_logps(tok, fmt):
+  _, new, stats, _ = _run(tok, fmt)
+  traj = new[1][0]
+  turn = next(t for t in traj.turns if t.intervened)
+  assert '"region": "Taipei"' in turn.text and "Beijing" not in turn.text
+  a = traj.arrays()
+  span = slice(turn.start, turn.end)
+  assert a["intervened_mask"][span].all() and a["intervened_mask"].sum() == turn.end - turn.start
+  ids = a["token_ids"][span]
+  np.testing.assert_allclose(a["roll_logp"][span], _expected_logp(ids, ROLL), atol=1e-6)
+  np.testing.assert_allclose(a["cal_logp"][span], _expected_logp(ids, CAL), atol=1e-6)
+  np.testing.assert_allclose(a["behaviour_logp"][span], a["roll_logp"][span])  # old logp = pi_roll
+  ppl = math.exp(-np.mean(_expected_logp(ids, ROLL).astype(np.float64)))
+  assert stats.mean_accepted_ppl == pytest.approx(ppl, rel=1e-5)
+  # the episode continued from the correction: the next search result is the Taipei temple
+  assert "121.5409,25.0533" in traj.messages[traj.messages.index({"role": "assistant", "content": turn.text}) + 1]["content"]
+
+
+def test_leaking_correction_is_rejected_by_the_verifier(tok, fmt):
+  groups, new, stats, _ = _run(tok, fmt, correction="leak")
+  assert stats.verifier_rejected >= 1 and stats.verifier_accepted == 0 and stats.corrections_applied == 0
+  assert stats.trajectories_success == 0 and stats.groups_replaced == 0
+  assert new[1] == groups[1]  # group left unchanged
+
+
+def test_leaking_correction_is_admitted_without_post_check(tok, fmt):
+  _, new, stats, _ = _run(tok, fmt, correction="leak", verifier=False)
+  assert stats.verifier_skipped >= 1 and stats.verifier_rejected == 0 and stats.corrections_applied >= 1
+  traj = new[1][0]
+  assert traj.intervened and traj.reward == 1.0
+  assert any("reference route" in t.text for t in traj.turns if t.intervened)
+
+
+@pytest.mark.parametrize("delta", [0.0, 2.0, 5.0, math.inf])
+def test_ppl_gate_threshold(tok, fmt, delta):
+  _, new, stats, _ = _run(tok, fmt, ppl_delta=delta)
+  # the correction's PPL under p_roll is exp(1 + 0.01 * mean(id % 7)) ~ 2.8
+  ppl = stats.mean_accepted_ppl if stats.corrections_applied else None
+  if delta >= 2.9:
+    assert stats.corrections_applied == 1 and stats.ppl_rejected == 0 and ppl <= delta
+    assert new[1][0].reward == 1.0
+  else:
+    assert stats.corrections_applied == 0 and stats.ppl_rejected >= 1
+    assert math.isnan(stats.mean_accepted_ppl) and new[1][0].reward == 0.0
+
+
+def test_malformed_correction_is_counted_and_the_draft_kept(tok, fmt):
+  _, new, stats, _ = _run(tok, fmt, correction="empty")
+  assert stats.corrector_malformed == stats.steps_flagged >= 1
+  assert stats.corrections_generated == 0 and stats.corrections_applied == 0
+
+
+def test_intervention_off_and_several_intervened_rollouts(tok, fmt):
+  groups, new, stats, calls = _run(tok, fmt, enabled=False)
+  assert stats.groups_triggered == 0 and calls == [] and new == [list(g) for g in groups]
+  _, new, stats, _ = _run(tok, fmt, num_intervened_rollouts=3)
+  assert stats.trajectories_intervened == 3 and stats.trajectories_success == 3 and stats.groups_replaced == 1
+  assert sum(t.intervened for t in new[1]) == 1  # a single failed member is replaced
+
+
+def _reference_rti_loss(batch, logp, eps_cal=0.2, clip=0.2):
+  """numpy Eq. 7 (seq-mean-token-mean), independent of the objectives package."""
+  lm = np.asarray(batch.loss_mask, bool)
+  iv = np.asarray(batch.intervened_mask, bool) & lm
+  w = np.where(iv, np.clip(np.exp(np.asarray(batch.cal_logp) - np.asarray(batch.roll_logp)), 1 - eps_cal, 1 + eps_cal), 1.0)
+  ratio = np.exp(np.asarray(logp) - np.asarray(batch.old_logp))
+  adv = np.asarray(batch.advantages)[:, None]
+  surr = np.minimum(ratio * adv, np.clip(ratio, 1 - clip, 1 + clip) * adv) * w
+  per_seq = [surr[b][lm[b]].mean() for b in range(lm.shape[0]) if lm[b].any()]
+  return -float(np.mean(per_seq)), w
+
+
+def test_batch_feeds_rti_loss_with_rho_one_off_intervention(tok, fmt):
+  _, new, _, _ = _run(tok, fmt)
+  batch = assemble_batch(new)
+  B, T = batch.shape
+  assert B == 4
+  np.testing.assert_allclose(np.asarray(batch.advantages), [0, 0, 1, -1], atol=1e-5)  # Eq. 1 per group
+  w = np.asarray(calibration_weights(batch.cal_logp, batch.roll_logp, batch.intervened_mask, eps_cal=0.2))
+  iv = np.asarray(batch.intervened_mask, bool)
+  assert iv.sum() > 0
+  assert (w[~iv] == 1.0).all()  # rho = 1 on every non-intervened token
+  np.testing.assert_allclose(w[iv], 1.2, atol=1e-6)  # exp(CAL - ROLL) = exp(0.8) clipped to 1 + eps_cal
+  # masks: prompt and tool-response tokens never enter the loss
+  ids, lm = np.asarray(batch.input_ids), np.asarray(batch.loss_mask, bool)
+  for b in range(B):
+    assert "<tool_response>" not in tok.decode(ids[b][lm[b]])
+  rng = np.random.default_rng(0)
+  logp = np.asarray(batch.old_logp) + np.where(lm, rng.normal(0, 0.3, lm.shape), 0).astype(np.float32)
+  loss, metrics = loss_from_batch(jnp.asarray(logp), batch, LossConfig(name="rti"))
+  ref, _ = _reference_rti_loss(batch, logp)
+  assert float(loss) == pytest.approx(ref, rel=1e-5, abs=1e-6)
+  assert float(metrics["intervened_tokens"]) == iv.sum()
+
+
+def test_reweighting_off_gives_rho_one_everywhere(tok, fmt):
+  _, new, _, _ = _run(tok, fmt)
+  batch = assemble_batch(new, reweight=False)
+  w = np.asarray(calibration_weights(batch.cal_logp, batch.roll_logp, batch.intervened_mask, eps_cal=0.2))
+  assert np.asarray(batch.intervened_mask).sum() > 0 and (w == 1.0).all()
+
+
+def test_malformed_llm_validator_is_counted_and_never_intervenes(tok, fmt):
+  """An LLM-backed Validator whose output is not JSON defaults to 'valid' (draft kept)."""
+  policy = ScriptedPolicy(tok, MiniNavScript(), scripted_logp(ROLL, CAL))
+  judge = ScriptedPolicy(tok, lambda prompt: "I think it is fine, no JSON here.", scripted_logp())
+  rc = RolloutConfig(group_size=2)
+  tasks = mini_nav_tasks()
+  groups = rollout_groups(tasks, MiniNavEnv, policy, fmt, rc, task_id=lambda t: t.task_id)
+  judge_fmt = ChatFormatter(tok)
+  roles = InterventionRoles(LLMValidator(JudgeLLM(judge, judge_fmt)),
+                            PolicyCorrector(policy, rc.sampling, fmt.end_of_turn_id), NavigationRuleVerifier())
+  new, stats = intervene_groups(groups, tasks, MiniNavEnv, policy, fmt, roles, InterventionConfig(), rc,
+                                task_id=lambda t: t.task_id)
+  assert stats.steps_total == 3 and stats.validator_malformed == 3 and stats.steps_flagged == 0
+  assert stats.corrections_applied == 0 and new[1] == groups[1]
+  # the judge saw the paper's Validator prompt with the reward-side route
+  assert "trajectory supervisor" in judge.calls[0] and "121.5409,25.0533" in judge.calls[0]
+  assert not any(FEEDBACK_MARKER in c for c in policy.calls)
+
+
+def test_config_validation():
+  with pytest.raises(ValueError, match="ppl_delta"):
+    InterventionConfig(ppl_delta=-1.0)
+  with pytest.raises(ValueError, match="num_intervened_rollouts"):
+    InterventionConfig(num_intervened_rollouts=0)
