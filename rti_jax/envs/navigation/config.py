@@ -37,7 +37,7 @@ class NavConfig:
   num_train: int = 600
   num_test: int = 150
   sample_radius_m: int = 50_000
-  hint_prob: float = 0.15  # chance that a stop is mentioned with its city ("X in Taipei")
+  hint_prob: float = 0.07  # chance that a stop is mentioned with its city ("X in Taipei")
   noise_prob: float = 0.1  # chance that Stage 2 yields a flawed pair for Stage 3 to reject
   # Episodes.
   max_turns: int = 6

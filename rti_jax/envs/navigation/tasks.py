@@ -296,12 +296,6 @@ def generate_pool(world: World, num_tasks: int, rng: np.random.Generator,
     chosen = [hits[i] for i in rng.choice(len(hits), size=n, replace=False)]
     stops = [_stop(p, bool(rng.random() < cfg.hint_prob)) for p in chosen]
     # Stage 2: query from a template of a random order level, with occasional flaws.
-    level = int(rng.integers(0, 5))
-    options = [t for t in TEMPLATES if t[1] == level and len(stops) >= t[2]]
-    template = options[int(rng.integers(len(options)))][0]
-    mode = words.MODES[int(rng.integers(len(words.MODES)))]
-    prefix = PREFIXES[int(rng.integers(len(PREFIXES)))]
-    suffix = SUFFIXES[int(rng.integers(len(SUFFIXES)))]
     mentioned = list(stops)
     if rng.random() < cfg.noise_prob:
       flaw = int(rng.integers(3))
@@ -315,9 +309,12 @@ def generate_pool(world: World, num_tasks: int, rng: np.random.Generator,
         odd = _stop(far[int(rng.integers(len(far)))], False)
         i = int(rng.integers(len(stops)))
         stops[i] = mentioned[i] = odd
-    if len(mentioned) < 2:
-      report.rejected["missing"] += 1
-      continue
+    level = int(rng.integers(0, 5))
+    options = [t for t in TEMPLATES if t[1] == level and len(mentioned) >= t[2]]
+    template = options[int(rng.integers(len(options)))][0]
+    mode = words.MODES[int(rng.integers(len(words.MODES)))]
+    prefix = PREFIXES[int(rng.integers(len(PREFIXES)))]
+    suffix = SUFFIXES[int(rng.integers(len(SUFFIXES)))]
     query = render_query(template, mentioned, mode, prefix, suffix)
     # Stage 3.
     reason = stage3_reject_reason(world, query, stops, template_level(template), 2 * cfg.sample_radius_m)
