@@ -33,6 +33,34 @@ def test_gold_replay_scores_one_on_every_base_task(seed):
   assert failed == []
 
 
+def test_natural_language_agent_solves_tasks():
+  """No tool names: the user maps plain requests, pronouns, offers and payment."""
+  env = TelecomEnv()
+  data_turns = [
+      "Hi! Can I have your phone number, please?",
+      tool_call_text("get_customer_by_phone", {"phone_number": "555-123-2002"}),
+      "Thanks. Could you look at your status bar and tell me what it shows?",
+      "Mobile data looks disabled. Please turn it on.",
+      tool_call_text("get_data_usage", {"customer_id": "C1001", "line_id": "L1002"}),
+      "You have used 15.1 GB of your 15 GB allowance. I can add 2 GB for $4.00. Would you like that?",
+      tool_call_text("refuel_data", {"customer_id": "C1001", "line_id": "L1002", "gb_amount": 2.0}),
+      "Done. Please run a speed test now.",
+  ]
+  assert run_episode(env, DATA_AT_HOME, data_turns) == 1.0
+  assert env.transcript.info["termination"] == "user_stop" and env.transcript.info["unmapped_user_turns"] == 0
+  service_turns = [
+      "Hello, what is your phone number?",
+      tool_call_text("get_customer_by_phone", {"phone_number": "555-123-2002"}),
+      "Please check whether airplane mode is on, and if so switch off airplane mode.",
+      tool_call_text("get_bills_for_customer", {"customer_id": "C1001"}),
+      tool_call_text("send_payment_request", {"customer_id": "C1001", "bill_id": "B1234321"}),
+      "Your line is suspended because of an overdue bill. I've sent a payment request; please check it and pay it.",
+      tool_call_text("resume_line", {"customer_id": "C1001", "line_id": "L1002"}),
+      "Your line is active again. Please restart your phone.",
+  ]
+  assert run_episode(env, "[service_issue]airplane_mode_on|overdue_bill_suspension[PERSONA:None]", service_turns) == 1.0
+
+
 @pytest.mark.parametrize("stop", [True, False])
 def test_do_nothing_scores_zero_on_every_base_task(stop):
   env = TelecomEnv()

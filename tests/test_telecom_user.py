@@ -56,6 +56,19 @@ def test_requests_are_mapped_to_device_tools(message, expected):
   assert unclear == []
 
 
+def test_it_refers_to_the_setting_mentioned_last():
+  phone = st.fresh_state().phone
+  requests, _ = find_requests("Airplane mode is on. Please turn it off.", phone)
+  assert [(r.tool, r.direction) for r in requests] == [("toggle_airplane_mode", "off")]
+  requests, _ = find_requests("Please switch it off.", phone, prior_feature="vpn")
+  assert [r.tool for r in requests] == ["disconnect_vpn"]
+  assert find_requests("Please turn it off.", phone) == ([], [])
+  user = _user(MMS_ALL)  # across turns: the user remembers what the agent spoke of
+  user.respond("I see airplane mode is enabled on your phone.")
+  reply = user.respond("Please turn it off.")
+  assert [c.name for c in reply.tool_calls] == ["toggle_airplane_mode"] and not user.state.phone.airplane_mode
+
+
 def test_incomplete_request_asks_for_the_missing_argument():
   user = _user(MMS_ALL)
   reply = user.respond("Please grant the permission to the messaging app.")

@@ -46,11 +46,17 @@ def _line_of(state: TelecomState, customer_id: str, line_id: str) -> dict[str, A
   return line
 
 
-def _customer_summary(customer: dict[str, Any]) -> dict[str, Any]:
-  keys = ("customer_id", "full_name", "date_of_birth", "email", "phone_number", "account_status",
-          "line_ids", "bill_ids", "payment_methods", "address", "goodwill_credit_used_this_year",
-          "last_extension_date")
-  return {k: customer[k] for k in keys if k in customer}
+def _customer_summary(state: TelecomState, customer: dict[str, Any]) -> dict[str, Any]:
+  """A terse customer view for lookups: ids, name, status, and each line's number and status
+  (the full record is ``get_details_by_id``)."""
+  lines = []
+  for line_id in customer["line_ids"]:
+    line = st.find_record(state.db, "lines", "line_id", line_id)
+    if line is not None:
+      lines.append({"line_id": line_id, "phone_number": line["phone_number"], "status": line["status"]})
+  return {"customer_id": customer["customer_id"], "full_name": customer["full_name"],
+          "phone_number": customer["phone_number"], "account_status": customer["account_status"],
+          "lines": lines, "bill_ids": customer["bill_ids"]}
 
 
 # ----------------------------------------------------------------------------- lookups
@@ -62,23 +68,23 @@ def get_customer_by_phone(state: TelecomState, phone_number: str) -> str:
     raise ToolError(f"phone_number must be a phone number like '555-123-2002', got {phone_number!r}")
   for customer in state.db["customers"]:
     if st.digits(customer["phone_number"]) == wanted:
-      return _dump(_customer_summary(customer))
+      return _dump(_customer_summary(state, customer))
   line = st.line_by_phone(state.db, phone_number)
   if line is not None:
     customer = st.customer_of_line(state.db, line["line_id"])
     if customer is not None:
-      return _dump(_customer_summary(customer))
+      return _dump(_customer_summary(state, customer))
   raise ToolError(f"no customer with phone_number {phone_number!r}")
 
 
 def get_customer_by_id(state: TelecomState, customer_id: str) -> str:
-  return _dump(_customer_summary(_customer(state, customer_id)))
+  return _dump(_customer_summary(state, _customer(state, customer_id)))
 
 
 def get_customer_by_name(state: TelecomState, full_name: str, dob: str) -> str:
   for customer in state.db["customers"]:
     if customer["full_name"].lower() == full_name.strip().lower() and customer["date_of_birth"] == dob.strip():
-      return _dump(_customer_summary(customer))
+      return _dump(_customer_summary(state, customer))
   raise ToolError(f"no customer with full_name {full_name!r} and dob {dob!r} (dob format YYYY-MM-DD)")
 
 
@@ -91,7 +97,7 @@ def get_details_by_id(state: TelecomState, id: str) -> str:  # noqa: A002 (the t
   record = st.find_record(state.db, *table, id) if table else None
   if record is None:
     raise ToolError(f"id {id!r} not found (expected a customer C..., line L..., plan P..., device D... or bill B... id)")
-  return _dump(_customer_summary(record) if table[0] == "customers" else record)
+  return _dump(record)
 
 
 def get_bills_for_customer(state: TelecomState, customer_id: str) -> str:

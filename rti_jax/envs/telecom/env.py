@@ -84,7 +84,8 @@ class TelecomEnv(Environment):
                 {"role": "user", "content": self._user.opening()}]
     self._transcript = Transcript(task_id=task.task_id, messages=list(messages), info={
         "turns": [], "malformed": 0, "tool_errors": 0, "user_device_calls_by_agent": 0,
-        "unknown_tools": 0, "unmapped_user_turns": 0, "mixed_turns": 0, "termination": None})
+        "unknown_tools": 0, "unmapped_user_turns": 0, "mixed_turns": 0, "multi_call_turns": 0,
+        "termination": None})
     return messages
 
   def step(self, assistant_text: str) -> StepResult:
@@ -101,6 +102,7 @@ class TelecomEnv(Environment):
     if parsed.tool_calls or parsed.errors:
       if parsed.content:
         info["mixed_turns"] += 1
+      info["multi_call_turns"] += int(len(parsed.tool_calls) + len(parsed.errors) > 1)
       for error in parsed.errors:
         info["malformed"] += 1
         new.append({"role": "tool", "content": f"Error: {error}"})

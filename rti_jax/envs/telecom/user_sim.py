@@ -63,10 +63,10 @@ _DESCRIPTIONS: tuple[tuple[str, str], ...] = (
     ("check_sim_status", r"sim (?:card )?status|check (?:your|the) sim"),
     ("reseat_sim_card", r"re-?seat|re-?insert|remove and (?:re-?)?insert|take out (?:your|the) sim|pop out"),
     ("check_data_restriction_status", r"data restriction|restrict\w* data"),
-    ("toggle_data_saver_mode", _V + r"\w*\b[^.;]{0,30}data saver|data saver[^.;]{0,20}\b(?:off|on)\b"),
+    ("toggle_data_saver_mode", _V + r"\w*\b[^.;]{0,30}data saver"),
     ("reset_apn_settings", r"reset\w*\b[^.;]{0,30}apn|apn[^.;]{0,30}\breset|restore\w*\b[^.;]{0,30}apn"),
     ("check_apn_settings", r"\bapn\b|mmsc"),
-    ("toggle_wifi_calling", _V + r"\w*\b[^.;]{0,30}wi-?fi calling|wi-?fi calling[^.;]{0,20}\b(?:off|on)\b"),
+    ("toggle_wifi_calling", _V + r"\w*\b[^.;]{0,30}wi-?fi calling"),
     ("check_wifi_calling_status", r"wi-?fi calling"),
     ("toggle_wifi", _V + r"\w*\b[^.;]{0,30}wi-?fi(?! calling)"),
     ("check_wifi_status", r"wi-?fi(?! calling)"),
@@ -79,10 +79,9 @@ _DESCRIPTIONS: tuple[tuple[str, str], ...] = (
     ("run_speed_test", r"speed ?test|test (?:your|the) (?:internet |data |connection )?speed|check (?:your|the) (?:internet |data )?speed"),
     ("can_send_mms", r"(?:try|attempt|test|check|see|verify)\w*\b[^.;]{0,40}\bsend\w*\b[^.;]{0,25}(?:mms|picture|photo|multimedia)|"
                      r"(?:able to|can you|could you) (?:now )?send[^.;]{0,25}(?:mms|picture|photo)"),
-    ("toggle_airplane_mode", _V + r"\w*\b[^.;]{0,30}(?:airplane|flight|aeroplane) mode|(?:airplane|flight) mode[^.;]{0,20}\b(?:off|on)\b"),
-    ("toggle_roaming", _V + r"\w*\b[^.;]{0,30}roaming|roaming[^.;]{0,20}\b(?:off|on)\b"),
-    ("toggle_data", _V + r"\w*\b[^.;]{0,30}\b(?:mobile |cellular )?data\b(?! saver| roaming| usage| plan| limit| refuel)|"
-                    r"(?:mobile|cellular) data[^.;]{0,20}\b(?:off|on)\b"),
+    ("toggle_airplane_mode", _V + r"\w*\b[^.;]{0,30}(?:airplane|flight|aeroplane) mode"),
+    ("toggle_roaming", _V + r"\w*\b[^.;]{0,30}roaming"),
+    ("toggle_data", _V + r"\w*\b[^.;]{0,30}\b(?:mobile |cellular )?data\b(?! saver| roaming| usage| plan| limit| refuel)"),
     ("reboot_device", r"\breboot|restart\w*\b[^.;]{0,20}(?:phone|device)|power cycle|turn (?:your|the) (?:phone|device) off and"),
     ("make_payment", r"payment request|\bpay\b|make (?:the |a )?payment|complete (?:the )?payment"),
 )
@@ -224,10 +223,44 @@ def _args_from_sentence(tool: str, sentence: str, phone: st.PhoneState) -> dict[
   return {}
 
 
-def find_requests(text: str, phone: st.PhoneState) -> tuple[list[Request], list[str]]:
-  """Device actions requested in ``text`` (in order) and descriptions it could not complete."""
+# Settings an agent may later call "it" ("Airplane mode is on. Please turn it off.").
+_FEATURES = (("toggle_airplane_mode", r"(?:airplane|flight|aeroplane) mode"), ("toggle_wifi_calling", r"wi-?fi calling"),
+             ("toggle_data_saver_mode", r"data saver"), ("toggle_roaming", r"roaming"),
+             ("toggle_wifi", r"wi-?fi(?! calling)"), ("toggle_data", r"(?:mobile|cellular) data"), ("vpn", r"\bvpn\b"))
+_PRONOUN = re.compile(r"\b(?:turn|switch|toggle)\w*\s+(?:it|that|this)\b|\b(?:disable|enable|deactivate|activate)\w*\s+"
+                      r"(?:it|that|this)\b")
+
+
+def last_feature(text: str, prior: str | None = None) -> str | None:
+  """The setting (toggle tool, or "vpn") mentioned last in ``text``, else ``prior``."""
+  best, best_pos = prior, -1
+  lowered = re.sub(r"\w*_\w*", lambda m: " " * len(m.group(0)), text.lower())
+  for feature, pattern in _FEATURES:
+    for m in re.finditer(pattern, lowered):
+      if m.start() > best_pos:
+        best, best_pos = feature, m.start()
+  return best
+
+
+def _pronoun_request(sentence: str, pos: int, feature: str | None) -> Request | None:
+  """"Turn it off" about the setting last mentioned."""
+  if feature is None or not _PRONOUN.search(sentence):
+    return None
+  direction = _direction(sentence)
+  if feature == "vpn":
+    return None if direction is None else Request(pos, "disconnect_vpn" if direction == "off" else "connect_vpn", {})
+  return Request(pos, feature, {}, direction)
+
+
+def find_requests(text: str, phone: st.PhoneState,
+                  prior_feature: str | None = None) -> tuple[list[Request], list[str]]:
+  """Device actions requested in ``text`` (in order) and descriptions it could not complete.
+
+  prior_feature: the setting the conversation last mentioned, for "turn it off".
+  """
   requests: list[Request] = []
   unclear: list[str] = []
+  feature = prior_feature
   for match in _SENTENCE_RE.finditer(text):
     raw = match.group(0)
     sentence = raw.lower()
@@ -247,6 +280,7 @@ def find_requests(text: str, phone: st.PhoneState) -> tuple[list[Request], list[
         args = {**inferred, **args}
       requests.append(Request(base + name_match.start(), name, args))
     if _AGENT_STATEMENT.search(sentence):
+      feature = last_feature(sentence, feature)
       continue
     # Descriptions are matched on the sentence with identifiers (``toggle_wifi_calling``)
     # blanked out, same length so positions still order the requests.
@@ -267,11 +301,16 @@ def find_requests(text: str, phone: st.PhoneState) -> tuple[list[Request], list[
         continue
       direction = _direction(sentence) if tool in TOGGLES else None
       requests.append(Request(base + m.start(), tool, args, direction))
+    if not claimed & (set(TOGGLES) | {"connect_vpn", "disconnect_vpn"}):
+      pronoun = _pronoun_request(prose, base, feature)
+      if pronoun is not None:
+        requests.append(pronoun)
+    feature = last_feature(sentence, feature)
   requests.sort(key=lambda r: r.pos)
-  seen: set[tuple[str, str]] = set()
+  seen: set[tuple[str, str, str | None]] = set()
   unique = []
   for r in requests:
-    key = (r.tool, repr(sorted(r.arguments.items())))
+    key = (r.tool, repr(sorted(r.arguments.items())), r.direction)
     if key not in seen:
       seen.add(key)
       unique.append(r)
@@ -299,6 +338,7 @@ class ScriptedUser:
     self.fix_attempts = 0
     self.failed_checks = 0
     self.unmapped = 0
+    self.last_feature: str | None = None
 
   # --------------------------------------------------------------------------- opening
 
@@ -323,7 +363,8 @@ class ScriptedUser:
     parts: list[str] = []
     parts.extend(self._identity_answers(text))
     parts.extend(self._offer_answers(text))
-    requests, unclear = find_requests(agent_message, self.state.phone)
+    requests, unclear = find_requests(agent_message, self.state.phone, self.last_feature)
+    self.last_feature = last_feature(agent_message, self.last_feature)
     calls: list[ToolCallRecord] = []
     goal_seen: bool | None = None
     for req in requests[:MAX_ACTIONS_PER_TURN]:
@@ -386,7 +427,8 @@ class ScriptedUser:
     if re.search(r"where are you|your (?:current )?location|are you (?:currently )?(?:abroad|travel|overseas|in the|at home|outside)|"
                  r"which country|travell?ing", text):
       out.append(f"I am currently {p.location}." if p.location else "I'm not sure that matters; I'm where I usually am.")
-    if re.search(r"describe (?:the|your) (?:issue|problem)|what (?:seems to be|is) the (?:issue|problem)|how can i help", text):
+    if re.search(r"describe (?:the|your) (?:issue|problem)|what (?:seems to be|is) the (?:issue|problem)|how can i help|"
+                 r"tell me (?:a bit |a little )?more|more (?:details|information)|what happened", text):
       out.append(first_person(self.task.reason_for_call))
     return out
 
