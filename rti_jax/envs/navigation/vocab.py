@@ -51,6 +51,7 @@ def _probe_texts() -> list[str]:
       ToolCall("around_search", {"location": p.location, "radius": 3000, "keyword": "scenic spot"}),
       ToolCall("around_search", {"location": p.name}), ToolCall("around_search", {"location": p.location, "radius": -1}),
       ToolCall("around_search", {"location": p.location, "keyword": 1}),
+      ToolCall("direction", {"origin": p.location, "destination": p.location, "waypoints": [p.location]}),
       ToolCall("direction", {"origin": p.location, "destination": p.location, "mode": "flying"}),
       ToolCall("direction", {"origin": p.name, "destination": p.location}),
       ToolCall("direction", {"origin": p.location, "destination": p.location, "waypoints": 1}),
