@@ -220,3 +220,18 @@ def test_arbitrary_text_never_raises(text):
   env.reset(bench().test[0])
   r = env.step(text)
   assert isinstance(r.messages, list) and (r.done or r.messages)
+
+
+def test_replay_rebuilds_the_same_episode_and_call_results_come_before_parse_errors():
+  task = bench().test[6]
+  env = new_env()
+  tr = run_episode(env, OracleAgent(task), task)
+  turns = [m["content"] for m in tr.messages if m["role"] == "assistant"]
+  other = new_env()
+  results = other.replay(task, turns[:1])
+  assert len(results) == 1 and other.transcript.messages == tr.messages[:2 + 1 + len(task.stops)]
+  other.replay(task, turns + ["ignored after the end"])
+  assert other.transcript.messages == tr.messages and other.transcript.reward == 1.0
+  env.reset(task)
+  r = env.step("<tool_call>{bad</tool_call>\n" + call("poi_search", address=task.stops[0].name))
+  assert r.messages[0]["content"].startswith("found") and "malformed" in r.messages[1]["content"]

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
   args = parser.parse_args(argv)
   try:
     {"stats": cmd_stats, "generate": cmd_generate, "sft": cmd_sft}[args.command](args)
-  except ValueError as e:
+  except (ValueError, RuntimeError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
   return 0

@@ -2,7 +2,7 @@
 
 One instance runs one episode at a time. Each assistant turn may hold several
 ``<tool_call>`` blocks (parallel calls); they run in order and each gets one
-``tool`` message. Coordinates shown by a turn's observations count as retrieved
+``tool`` message, followed by one error message per malformed block. Coordinates shown by a turn's observations count as retrieved
 only from the next turn on, so a ``direction`` call in the same turn as the
 searches for its stops fails. The episode ends when the agent answers (a turn
 with text and no calls), when ``max_turns`` assistant turns were taken, or, with
@@ -83,8 +83,9 @@ class NavigationEnv(Environment):
     self._retrieved = set()
     self._last_direction = None
     self._direction_error = False
-    self._direction_snapshot: set[str] = set()
-    messages = [{"role": "system", "content": system_prompt(self.world.config.terse)}, {"role": "user", "content": task.query}]
+    self._direction_snapshot = set()
+    messages = [{"role": "system", "content": system_prompt(self.world.config.terse)},
+                {"role": "user", "content": task.query}]
     self._transcript = Transcript(task_id=task.task_id, messages=list(messages), info={
         "malformed": 0, "tool_calls": 0, "tool_errors": 0, "direction_calls": 0, "reward_reason": ""})
     return messages
@@ -102,9 +103,6 @@ class NavigationEnv(Environment):
     out: list[dict[str, Any]] = []
     shown: set[str] = set()
     direction_ok = False
-    for err in parsed.errors:
-      tr.info["malformed"] += 1
-      out.append({"role": "tool", "content": f"error: malformed tool call: {err}"})
     for call in parsed.tool_calls:
       tr.info["tool_calls"] += 1
       result = tools.execute(self.world, call)
@@ -120,6 +118,10 @@ class NavigationEnv(Environment):
         tr.info["tool_errors"] += 1
       shown.update(p.location for p in result.pois)
       out.append({"role": "tool", "content": result.text})
+    # Parse errors after the calls' results, so the first len(tool_calls) tool messages answer the calls.
+    for err in parsed.errors:
+      tr.info["malformed"] += 1
+      out.append({"role": "tool", "content": f"error: malformed tool call: {err}"})
     done = False
     if parsed.is_answer:
       done = True
@@ -138,6 +140,17 @@ class NavigationEnv(Environment):
       reward = self._final_reward()
       tr.done, tr.reward = True, reward
     return StepResult(messages=out, done=done, reward=reward, info=dict(tr.info))
+
+  def replay(self, task: NavTask, assistant_turns: list[str]) -> list[StepResult]:
+    """Resets to ``task`` and re-runs ``assistant_turns`` (tools are deterministic), stopping
+    early if the episode ends; e.g. to rebuild the state at a rollout's prefix for intervention."""
+    self.reset(task)
+    results: list[StepResult] = []
+    for text in assistant_turns:
+      results.append(self.step(text))
+      if results[-1].done:
+        break
+    return results
 
   def _final_reward(self) -> float:
     task, tr = self.task, self._transcript

@@ -25,7 +25,6 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from rti_jax.envs.navigation import words
-from rti_jax.envs.navigation.config import NavConfig
 from rti_jax.envs.navigation.reward import Route
 from rti_jax.envs.navigation.tools import around, rank_text_search
 from rti_jax.envs.navigation.world import POI, World, haversine_m
