@@ -9,7 +9,7 @@ from rti_jax.envs.telecom import TRANSFER_MESSAGE, TelecomEnv, get_task, load_ta
 from rti_jax.envs.telecom import state as st
 from rti_jax.envs.telecom.__main__ import compute_stats, main
 from rti_jax.envs.telecom.evaluation import ToolCallRecord, evaluate
-from rti_jax.envs.telecom.scripted_agents import do_nothing_turns, gold_agent_turns, run_episode, tool_call_text
+from rti_jax.envs.telecom.scripted_agents import DoNothingAgent, GoldAgent, ScriptAgent, pass_rate, run_episode, tool_call_text
 
 TRANSFER_TASK = "[service_issue]contract_end_suspension|lock_sim_card_pin[PERSONA:Hard]"
 DATA_AT_HOME = "[mobile_data_issue]data_mode_off|data_usage_exceeded[PERSONA:None]"
@@ -22,6 +22,9 @@ def test_is_an_environment():
   messages = env.reset(DATA_AT_HOME)
   assert [m["role"] for m in messages] == ["system", "user"]
   assert "Telecom Agent Policy" in messages[0]["content"] and "mobile data" in messages[1]["content"].lower()
+  assert '"name":"refuel_data"' in messages[0]["content"] and "<tool_call>" in messages[0]["content"]
+  short = TelecomEnv(policy="Be brief.").reset(DATA_AT_HOME)[0]["content"]
+  assert short.startswith("Be brief.") and '"name":"refuel_data"' in short
   names = [s["function"]["name"] for s in env.tool_schemas()]
   assert "refuel_data" in names and "toggle_data" not in names
 
@@ -29,8 +32,9 @@ def test_is_an_environment():
 @pytest.mark.parametrize("seed", [0, 1])
 def test_gold_replay_scores_one_on_every_base_task(seed):
   env = TelecomEnv(seed=seed)
-  failed = [tid for tid in ALL_IDS if run_episode(env, tid, gold_agent_turns(get_task(tid))) != 1.0]
+  failed = [tid for tid in ALL_IDS if run_episode(env, GoldAgent(get_task(tid)), tid).reward != 1.0]
   assert failed == []
+  assert pass_rate(env, GoldAgent, list(load_tasks().values())) == 1.0
 
 
 def test_natural_language_agent_solves_tasks():
@@ -46,7 +50,7 @@ def test_natural_language_agent_solves_tasks():
       tool_call_text("refuel_data", {"customer_id": "C1001", "line_id": "L1002", "gb_amount": 2.0}),
       "Done. Please run a speed test now.",
   ]
-  assert run_episode(env, DATA_AT_HOME, data_turns) == 1.0
+  assert run_episode(env, ScriptAgent(data_turns), DATA_AT_HOME).reward == 1.0
   assert env.transcript.info["termination"] == "user_stop" and env.transcript.info["unmapped_user_turns"] == 0
   service_turns = [
       "Hello, what is your phone number?",
@@ -58,13 +62,14 @@ def test_natural_language_agent_solves_tasks():
       tool_call_text("resume_line", {"customer_id": "C1001", "line_id": "L1002"}),
       "Your line is active again. Please restart your phone.",
   ]
-  assert run_episode(env, "[service_issue]airplane_mode_on|overdue_bill_suspension[PERSONA:None]", service_turns) == 1.0
+  task = "[service_issue]airplane_mode_on|overdue_bill_suspension[PERSONA:None]"
+  assert run_episode(env, ScriptAgent(service_turns), task).reward == 1.0
 
 
 @pytest.mark.parametrize("stop", [True, False])
 def test_do_nothing_scores_zero_on_every_base_task(stop):
   env = TelecomEnv()
-  rewards = {tid: run_episode(env, tid, do_nothing_turns(stop=stop)) for tid in ALL_IDS}
+  rewards = {tid: run_episode(env, DoNothingAgent(stop=stop), tid).reward for tid in ALL_IDS}
   assert set(rewards.values()) == {0.0}
   assert env.transcript.info["termination"] == ("agent_stop" if stop else "max_turns")
 
@@ -117,9 +122,12 @@ def test_malformed_output_never_crashes():
   assert result.info["malformed"] == 1
   result = env.step(tool_call_text("refuel_data", {"customer_id": "C1001", "line_id": "L1002", "gb_amount": "two"}))
   assert "must be a number" in result.messages[0]["content"]
-  result = env.step("")  # an empty message to the user
+  result = env.step("<think>only thoughts</think>")  # no call and no message
+  assert result.messages == [{"role": "tool", "content": "Error: empty turn; call a tool or write a message to the user."}]
+  result = env.step(None)  # not even text
+  assert result.info["malformed"] == 3 and not result.done
+  result = env.step("Blah blah.")  # a message the user cannot map
   assert result.messages[0]["role"] == "user" and result.info["unmapped_user_turns"] == 1
-  assert not result.done
 
 
 def test_step_needs_an_episode():
@@ -157,7 +165,7 @@ def test_transfer_then_message_ends_with_reward():
 def test_transcript_keeps_per_turn_records():
   env = TelecomEnv()
   task = get_task(DATA_AT_HOME)
-  run_episode(env, task, gold_agent_turns(task))
+  run_episode(env, GoldAgent(task), task)
   turns = env.transcript.info["turns"]
   assert len(turns) == env.transcript.num_turns
   assert turns[1]["agent_calls"][0]["name"] == "get_customer_by_phone"
@@ -179,7 +187,11 @@ def test_reward_evidence_separates_agent_and_user_actions():
   assert ev["user_actions"] == [{"name": "toggle_data", "arguments": {}}]
   assert [a["func_name"] for a in ev["env_assertions"]] == [
       "assert_mobile_data_status", "assert_internet_speed", "assert_data_refueling_amount"]
-  assert "toggle_data" in ev["user_device_tools"] and "toggle_data" not in ev["agent_tools"]
+  assert "toggle_data" in ev["user_side_tools"] and "toggle_data" not in ev["agent_side_tools"]
+  assert ev["evaluation_criteria"]["reward_basis"] == ["ENV_ASSERTION"]
+  assert "speed test is excellent" in ev["completion_note"]
+  env.reset(TRANSFER_TASK)
+  assert "transfer to a human agent" in env.reward_evidence()["completion_note"]
 
 
 def test_stats_cli():

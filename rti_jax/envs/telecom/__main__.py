@@ -1,7 +1,7 @@
 """``python -m rti_jax.envs.telecom stats``: task counts, scripted-user coverage, pass rates.
 
 Coverage = the share of tasks whose gold path the scripted user follows, measured
-as a gold replay (``scripted_agents.gold_agent_turns``) scoring 1 through the full
+as a gold replay (``scripted_agents.GoldAgent``) scoring 1 through the full
 text interface. The do-nothing agents stop at once or only chat until the turn limit.
 """
 
@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from rti_jax.envs.telecom.env import TelecomEnv
-from rti_jax.envs.telecom.scripted_agents import do_nothing_turns, gold_agent_turns, run_episode
+from rti_jax.envs.telecom.scripted_agents import DoNothingAgent, GoldAgent, run_episode
 from rti_jax.envs.telecom.tasks import ISSUE_TYPES, load_split
 
 
@@ -30,14 +30,14 @@ def compute_stats(seeds: tuple[int, ...] = (0, 1, 2)) -> dict[str, Any]:
     for seed in seeds:
       env = TelecomEnv(seed=seed)
       for task in tasks:
-        reward = run_episode(env, task, gold_agent_turns(task))
+        reward = run_episode(env, GoldAgent(task), task).reward
         gold_pass[task.issue_type] += int(reward == 1.0)
         gold_turns.append(env.transcript.num_turns)
         if reward != 1.0:
           failures.append({"seed": seed, "task_id": task.task_id, "evaluation": env.transcript.info.get("evaluation")})
     env = TelecomEnv()
-    stop_pass = sum(run_episode(env, t, do_nothing_turns(stop=True)) for t in tasks)
-    chat_pass = sum(run_episode(env, t, do_nothing_turns(stop=False)) for t in tasks)
+    stop_pass = sum(run_episode(env, DoNothingAgent(stop=True), t).reward for t in tasks)
+    chat_pass = sum(run_episode(env, DoNothingAgent(stop=False), t).reward for t in tasks)
     n = len(tasks)
     out["splits"][split] = {
         "tasks": n, "by_issue_type": {k: by_issue[k] for k in ISSUE_TYPES},

@@ -21,15 +21,17 @@ actions (privileged, never shown to the policy).
 from __future__ import annotations
 
 import importlib.resources
+import json
 from typing import Any
 
 from rti_jax.envs.base import Environment, StepResult, Transcript
+from rti_jax.envs.navigation.env import TOOLS_FOOTER, TOOLS_HEADER
 from rti_jax.envs.telecom import agent_tools as at
 from rti_jax.envs.telecom import device_tools as dt
 from rti_jax.envs.telecom import state as st
 from rti_jax.envs.telecom.evaluation import RewardInfo, ToolCallRecord, evaluate
 from rti_jax.envs.telecom.tasks import TelecomTask, get_task
-from rti_jax.envs.telecom.user_sim import ScriptedUser
+from rti_jax.envs.telecom.user_sim import ScriptedUser, goal_of
 from rti_jax.envs.tool_calls import parse_assistant_turn
 
 AGENT_STOP = "###STOP###"
@@ -37,8 +39,12 @@ TRANSFER_MESSAGE = "YOU ARE BEING TRANSFERRED TO A HUMAN AGENT. PLEASE HOLD ON."
 MAX_TURNS = 30
 
 
-def default_system_prompt() -> str:
-  """The agent policy and the tech-support manual, as tau2-bench gives the agent."""
+NO_ACTION = "Error: empty turn; call a tool or write a message to the user."
+
+
+def policy_text() -> str:
+  """The agent policy and the tech-support manual, as tau2-bench gives the agent, plus
+  the offline conventions (which tools are the user's, how to end)."""
   data = importlib.resources.files("rti_jax.envs.telecom").joinpath("data")
   policy = data.joinpath("main_policy.md").read_text(encoding="utf-8")
   manual = data.joinpath("tech_support_manual.md").read_text(encoding="utf-8")
@@ -46,19 +52,28 @@ def default_system_prompt() -> str:
           f"{', '.join(dt.DEVICE_TOOLS)}. End the conversation with {AGENT_STOP} when the issue is resolved.")
 
 
+def system_prompt(policy: str | None = None) -> str:
+  """The system message: ``policy`` (default ``policy_text()``) plus the agent tool
+  schemas in Qwen's function-calling layout (the same layout as Navigation)."""
+  schemas = "\n".join(json.dumps(t.schema(), ensure_ascii=False, separators=(",", ":"))
+                      for t in at.AGENT_TOOLS.values())
+  return f"{(policy if policy is not None else policy_text()).strip()}\n\n{TOOLS_HEADER}\n{schemas}\n{TOOLS_FOOTER}"
+
+
 class TelecomEnv(Environment):
   """One tau2-Telecom episode at a time; create one instance per concurrent episode.
 
-  system_prompt: overrides the policy text (e.g. a condensed policy for a tiny model).
+  policy: replaces the policy text (e.g. a condensed policy for a tiny model); the
+    tool schemas are appended either way.
   seed: the scripted user's phrasing seed.
   """
 
-  def __init__(self, system_prompt: str | None = None, max_turns: int = MAX_TURNS, seed: int = 0):
+  def __init__(self, policy: str | None = None, max_turns: int = MAX_TURNS, seed: int = 0):
     if max_turns < 1:
       raise ValueError(f"max_turns must be >= 1, got {max_turns}")
     self.max_turns = max_turns
     self.seed = seed
-    self._system_prompt = system_prompt if system_prompt is not None else default_system_prompt()
+    self._system_prompt = system_prompt(policy)
     self._task: TelecomTask | None = None
     self._state: st.TelecomState | None = None
     self._user: ScriptedUser | None = None
@@ -92,6 +107,8 @@ class TelecomEnv(Environment):
     if self._task is None or self._transcript.done:
       raise RuntimeError("step() needs an episode in progress: call reset(task) first")
     info = self._transcript.info
+    if not isinstance(assistant_text, str):
+      assistant_text = ""  # counted as malformed below
     self._transcript.num_turns += 1
     self._transcript.messages.append({"role": "assistant", "content": assistant_text})
     parsed = parse_assistant_turn(assistant_text)
@@ -108,6 +125,9 @@ class TelecomEnv(Environment):
         new.append({"role": "tool", "content": f"Error: {error}"})
       for call in parsed.tool_calls:
         new.append({"role": "tool", "content": self._run_agent_call(call.name, call.arguments, record)})
+    elif not parsed.content:
+      info["malformed"] += 1
+      new.append({"role": "tool", "content": NO_ACTION})
     else:
       content = parsed.content
       if AGENT_STOP in content:
@@ -137,19 +157,30 @@ class TelecomEnv(Environment):
     return [tool.schema() for tool in at.AGENT_TOOLS.values()]
 
   def reward_evidence(self) -> dict[str, Any]:
-    """The task's assertions and gold actions split by side (privileged)."""
+    """The task's assertions and gold actions split by side (privileged, never shown
+    to the policy). Keys: ``agent_actions`` / ``user_actions`` (gold calls, in order),
+    ``env_assertions``, ``reward_basis``, ``evaluation_criteria`` (all three),
+    ``completion_note`` (the user's goal), ``user_side_tools`` / ``agent_side_tools``
+    (tool names by side), ``known_info`` (what the user may say), ``task_id``,
+    ``issue_type``, ``faults``."""
     task = self._task
     if task is None:
       return {}
     fmt = lambda a: {"name": a.name, "arguments": a.arguments}  # noqa: E731
+    assertions = [{"env_type": a.env_type, "func_name": a.func_name, "arguments": a.arguments,
+                   "assert_value": a.assert_value} for a in task.env_assertions]
+    goal = {"mms": "the user can send an MMS (can_send_mms)", "speed": "the speed test is excellent (run_speed_test)",
+            "signal": "the status bar shows signal (check_status_bar)"}[goal_of(task).name]
+    ends_by_transfer = any(a.name == "transfer_to_human_agents" for a in task.actions)
     return {
         "task_id": task.task_id, "issue_type": task.issue_type, "faults": list(task.faults),
-        "reward_basis": list(task.reward_basis),
-        "env_assertions": [{"env_type": a.env_type, "func_name": a.func_name, "arguments": a.arguments,
-                            "assert_value": a.assert_value} for a in task.env_assertions],
-        "agent_actions": [fmt(a) for a in task.agent_actions],
-        "user_actions": [fmt(a) for a in task.user_actions],
-        "user_device_tools": list(dt.DEVICE_TOOLS), "agent_tools": list(at.AGENT_TOOLS),
+        "reward_basis": list(task.reward_basis), "env_assertions": assertions,
+        "agent_actions": [fmt(a) for a in task.agent_actions], "user_actions": [fmt(a) for a in task.user_actions],
+        "evaluation_criteria": {"actions": [{"requestor": a.requestor, **fmt(a)} for a in task.actions],
+                                "env_assertions": assertions, "reward_basis": list(task.reward_basis)},
+        "completion_note": ("the issue cannot be fixed by the agent: transfer to a human agent"
+                            if ends_by_transfer else f"every required action is done and {goal}"),
+        "user_side_tools": list(dt.DEVICE_TOOLS), "agent_side_tools": list(at.AGENT_TOOLS),
         "known_info": task.known_info, "ticket": task.ticket,
     }
 

@@ -8,15 +8,18 @@
   arguments; finally asks the user to check the goal, then stops.
 * ``do_nothing_turns``: stops at once (``stop=True``) or only chats.
 
-``run_episode`` plays a list of turns until the episode ends; the gold replay's
-coverage (tasks it solves with the scripted user) is what ``stats`` reports.
+Agents follow the Navigation agents' protocol (``act(messages) -> str``);
+``run_episode(env, agent, task)`` plays one episode and returns its transcript. The
+gold replay's coverage (tasks it solves with the scripted user) is what ``stats``
+reports.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from typing import Any, Protocol
 
+from rti_jax.envs.base import Transcript
 from rti_jax.envs.telecom import state as st
 from rti_jax.envs.telecom.env import AGENT_STOP, TRANSFER_MESSAGE, TelecomEnv
 from rti_jax.envs.telecom.tasks import Action, TelecomTask
@@ -75,12 +78,51 @@ def do_nothing_turns(stop: bool = True, max_turns: int = 30) -> list[str]:
   return ["I see. Could you tell me a bit more?"] * max_turns
 
 
-def run_episode(env: TelecomEnv, task: TelecomTask | str, turns: Iterable[str]) -> float:
-  """Resets ``env`` on ``task``, plays ``turns`` until done; returns the reward (0 if
-  the turns run out before the episode ends)."""
-  env.reset(task)
-  for text in turns:
-    result = env.step(text)
+class Agent(Protocol):
+  def act(self, messages: list[dict[str, Any]]) -> str:
+    """The next assistant turn given the conversation so far."""
+    ...
+
+
+class ScriptAgent:
+  """Plays fixed turns: the k-th assistant turn of the conversation is ``turns[k]``;
+  after the last one it stops (``###STOP###``)."""
+
+  def __init__(self, turns: list[str]):
+    self.turns = list(turns)
+
+  def act(self, messages: list[dict[str, Any]]) -> str:
+    k = sum(m.get("role") == "assistant" for m in messages)
+    return self.turns[k] if k < len(self.turns) else AGENT_STOP
+
+
+class GoldAgent(ScriptAgent):
+  """The gold replay of ``task`` (``gold_agent_turns``)."""
+
+  def __init__(self, task: TelecomTask):
+    super().__init__(gold_agent_turns(task))
+
+
+class DoNothingAgent(ScriptAgent):
+  """Stops at once (``stop``) or only chats until the turn limit."""
+
+  def __init__(self, task: TelecomTask | None = None, stop: bool = True):
+    del task
+    super().__init__(do_nothing_turns(stop=stop))
+
+
+def run_episode(env: TelecomEnv, agent: Agent, task: TelecomTask | str) -> Transcript:
+  """Plays one episode of ``agent`` on ``task``; returns the finished transcript."""
+  messages = env.reset(task)
+  while True:
+    result = env.step(agent.act(messages))
+    messages = env.transcript.messages
     if result.done:
-      return result.reward
-  return 0.0
+      return env.transcript
+
+
+def pass_rate(env: TelecomEnv, agent_cls: type, tasks: list[TelecomTask]) -> float:
+  """Mean reward of ``agent_cls(task)`` over ``tasks``."""
+  if not tasks:
+    raise ValueError("tasks must be non-empty, got an empty list")
+  return sum(run_episode(env, agent_cls(t), t).reward for t in tasks) / len(tasks)
