@@ -85,8 +85,9 @@ def group_all_failed(group: Sequence[Trajectory]) -> bool:
   return bool(group) and max(t.reward for t in group) <= 0.0
 
 
-def step_context(ep: Episode, draft: str, tools: Sequence[dict[str, Any]], domain: str) -> StepContext:
-  """The roles' view of the current step: history without the system prompt, plus evidence."""
+def step_context(ep: Episode, draft: str, domain: str) -> StepContext:
+  """The roles' view of the current step: history without the system prompt, the env's
+  tool schemas and its reward-side evidence."""
   msgs = ep.traj.messages
   history = tuple(m for m in msgs if m.get("role") != "system")
   user = next((m.get("content", "") for m in msgs if m.get("role") == "user"), "")
@@ -94,7 +95,7 @@ def step_context(ep: Episode, draft: str, tools: Sequence[dict[str, Any]], domai
     user_query=str(user),
     history=history,
     draft=draft,
-    tools=tuple(tools),
+    tools=tuple(ep.env.tool_schemas()),
     evidence=dict(ep.env.reward_evidence()),
     domain=domain,
   )
@@ -133,9 +134,8 @@ def intervened_step(
   seed: int,
 ) -> None:
   """One step k of all live intervened episodes (Algorithm 1 lines 10-23), batched."""
-  tools = formatter.tool_schemas or []
   draft_texts = [formatter.decode(d.token_ids.tolist()) for d in drafts]
-  ctxs = [step_context(ep, txt, tools, config.domain) for ep, txt in zip(live, draft_texts)]
+  ctxs = [step_context(ep, txt, config.domain) for ep, txt in zip(live, draft_texts)]
   stats.steps_total += len(live)
   judgements = roles.validator.validate(ctxs)
   stats.validator_malformed += sum(j.malformed for j in judgements)
@@ -155,6 +155,9 @@ def intervened_step(
     ids = _correction_ids(c, formatter)
     if ids is None or len(ids) <= 1:
       stats.corrector_malformed += 1
+      continue
+    if ids == drafts[i].token_ids.tolist():  # not a correction: keep the draft as drawn
+      stats.corrections_unchanged += 1
       continue
     stats.corrections_generated += 1
     cand[i] = ids

@@ -23,12 +23,15 @@ Verifier (integrity, App. A.1.2), on the correction u~_k; rejects:
   * ``leak``: wording that refers to a hidden reference, supervisor or feedback;
   * ``not_derivable``: a coordinate, a region or a searched name that appears neither
     in the user question nor in the visible history;
-  * ``hallucinated_tool_result``: the reply writes a tool response itself.
+  * ``hallucinated_tool_result``: the reply writes a tool response itself;
+  * ``not_improved``: the reply itself breaks a Validator rule (checked only when the
+    reply is otherwise clean).
 
 Reward-side evidence (``Environment.reward_evidence()``) is read leniently: the route
-as ``route`` / ``groundtruth`` / ``gt`` (a list of "lon,lat" stops or a dict with
-origin / waypoints / destination), ``order_level`` (0-4) and optionally the stop
-names as ``places`` / ``names``.
+as ``route`` / ``groundtruth`` / ``gt`` (a list of "lon,lat" stops, a dict with
+origin / waypoints / destination, or a reference direction call ``{"name",
+"arguments"}`` as ``envs.navigation`` gives it), ``order_level`` / ``order`` (0-4) and
+the stop names as ``places`` / ``names`` or ``ref[i]["name"]``.
 """
 
 from __future__ import annotations
@@ -49,7 +52,9 @@ _LEAK_RE = re.compile(
   r"prior draft|previous version|calibrat\w*|supervisor|feedback|hidden (?:answer|route|solution))\b",
   re.IGNORECASE,
 )
-_CITY_RE = re.compile(r"\bcity\W{1,4}([A-Za-z][A-Za-z .'-]*?)\s*(?:[;,\"\n}]|$)")
+_FIELD_RE = {
+  f: re.compile(rf"\b{f}\W{{1,4}}([^\W\d][^;,\"\n}}]*?)\s*(?:[;,\"\n}}]|$)") for f in ("city", "name")
+}
 _WORD_RE = re.compile(r"[^\W_]{2,}", re.UNICODE)
 
 CoordKey = tuple[Decimal, Decimal]
@@ -88,6 +93,8 @@ class NavEvidence:
 def nav_evidence(evidence: dict[str, Any]) -> NavEvidence:
   """Reads the route out of ``reward_evidence()``; raises ValueError naming what is missing."""
   raw = next((evidence[k] for k in ("route", "groundtruth", "gt", "truth") if k in evidence), None)
+  if isinstance(raw, dict) and isinstance(raw.get("arguments"), dict):  # a reference direction call
+    raw = raw["arguments"]
   if isinstance(raw, dict):
     wps = raw.get("waypoints") or []
     if isinstance(wps, str):
@@ -102,6 +109,9 @@ def nav_evidence(evidence: dict[str, Any]) -> NavEvidence:
     raise ValueError(f"evidence['route']: expected 'lon,lat' strings, got {raw!r}")
   level = int(evidence.get("order_level", evidence.get("order", 4)))
   names = evidence.get("places", evidence.get("names", ()))
+  ref = evidence.get("ref")
+  if not names and isinstance(ref, list) and all(isinstance(r, dict) and "name" in r for r in ref):
+    names = [r["name"] for r in ref]
   return NavEvidence(stops=stops, order_level=level, names=tuple(str(n) for n in names or ()))  # type: ignore[arg-type]
 
 
@@ -180,11 +190,13 @@ def visible_text(ctx: StepContext) -> str:
   return "\n".join(parts)
 
 
-def _city_of(text: str, coord: CoordKey) -> str | None:
-  """The city written next to ``coord`` in a tool result (same line or JSON object)."""
+def _field_of(text: str, coord: CoordKey, field: str) -> str | None:
+  """The ``field`` ("city" or "name") written next to ``coord`` in a tool result (same
+  line or JSON object), e.g. ``name Yixing Temple; city Beijing; location 116.4,39.9``."""
+  pattern = _FIELD_RE[field]
   for chunk in re.split(r"\n|\},\s*\{", text):
     if coord in coords_in(chunk):
-      m = _CITY_RE.search(chunk)
+      m = pattern.search(chunk)
       if m:
         return m.group(1).strip()
   return None
@@ -238,10 +250,16 @@ class NavigationRuleValidator:
       last = directions[-1]
       keys = [coord_key(r) for r in direction_stops(last)]
       if all(k is not None and k in seen for k in keys) and not route_matches(keys, ev.stops, ev.order_level):  # type: ignore[arg-type]
+        wrong = [k for k in keys if k not in set(ev.stops)]
+        names = [n for n in (_field_of(seen_text, k, "name") for k in wrong) if n]
+        if names:
+          hint = self._region_hint(ev, names, seen_text, wrong)
+        elif len(keys) != len(ev.stops):
+          hint = "Include every place the user asked for, each once, before calling direction."
+        else:
+          hint = "Keep the visiting order the user asked for when calling direction."
         errors.append(("wrong_critical_call",
-                       "The direction call's stops do not form the requested route (wrong place, count or order).",
-                       "Check that every stop is the searched place the user asked for, in the order the user gave, "
-                       "before calling direction."))
+                       "The direction call's stops do not form the requested route (wrong place, count or order).", hint))
 
     if not turn.tool_calls and not turn.errors:
       done = any(
@@ -264,21 +282,33 @@ class NavigationRuleValidator:
       suggest_next=errors[0][2],
     )
 
-  @staticmethod
-  def _search_hint(ev: NavEvidence, missing: Sequence[int], seen_text: str) -> str:
-    """A visible-only hint: which requested places to (re-)search, and the city the
-    already-resolved stops are in (read from the tool results)."""
+  @classmethod
+  def _search_hint(cls, ev: NavEvidence, missing: Sequence[int], seen_text: str) -> str:
+    """A visible-only hint for stops whose right coordinates were not shown yet."""
     names = [ev.names[i] for i in missing if i < len(ev.names)]
-    found = [s for s in ev.stops if s not in {ev.stops[i] for i in missing}]
-    cities = collections.Counter(c for c in (_city_of(seen_text, s) for s in found) if c)
+    return cls._region_hint(ev, names, seen_text, [ev.stops[i] for i in missing])
+
+  @staticmethod
+  def _region_hint(ev: NavEvidence, names: Sequence[str], seen_text: str, bad: Sequence[CoordKey]) -> str:
+    """Which requested places to search again, and the city the correctly resolved stops
+    are in (read from the tool results, so the hint holds only visible information)."""
+    good = [s for s in ev.stops if s not in set(bad)]
+    cities = collections.Counter(c for c in (_field_of(seen_text, s, "city") for s in good) if c)
     where = f" with region {cities.most_common(1)[0][0]}" if cities else " with a region that fits the other stops"
     if names:
-      return f"Search {', '.join(repr(n) for n in names)} again{where} before calling direction."
+      return f"Search {', '.join(repr(n) for n in dict.fromkeys(names))} again{where} before calling direction."
     return f"Resolve the remaining places with poi_search{where} before calling direction."
 
 
 class NavigationRuleVerifier:
-  """Rule-based Verifier (see module docstring)."""
+  """Rule-based Verifier (see module docstring).
+
+  check_rules: also reject a correction that itself breaks a Validator hard rule
+    (``not_improved``: it is not consistent with the gold requirement, Sec. 4.1 (i)).
+  """
+
+  def __init__(self, check_rules: bool = True) -> None:
+    self.check_rules = check_rules
 
   def verify(self, ctxs: Sequence[StepContext], corrected: Sequence[str]) -> list[VerifierJudgement]:
     return [self.judge(c, u) for c, u in zip(ctxs, corrected)]
@@ -309,6 +339,11 @@ class NavigationRuleVerifier:
     if bad:
       reasons.append("not_derivable")
       notes.append("uses " + ", ".join(bad) + " that neither the user question nor the history shows.")
+    if self.check_rules and not reasons:
+      still = NavigationRuleValidator().judge(dataclasses.replace(ctx, draft=corrected))
+      if not still.is_valid:
+        reasons.append("not_improved")
+        notes.append(f"the reply still breaks a hard rule ({', '.join(still.error_types)}).")
     if reasons:
       return VerifierJudgement(ok=False, reasons=tuple(dict.fromkeys(reasons)), diagnosis=" ".join(notes))
     return VerifierJudgement(ok=True, diagnosis="Derivable from the visible history; no leak.")
