@@ -1,5 +1,6 @@
 """tau2-Telecom episodes: gold replay coverage, do-nothing, reward composition, robustness."""
 
+import dataclasses
 import json
 
 import pytest
@@ -8,7 +9,7 @@ from rti_jax.envs.base import Environment
 from rti_jax.envs.telecom import TRANSFER_MESSAGE, TelecomEnv, get_task, load_tasks
 from rti_jax.envs.telecom import state as st
 from rti_jax.envs.telecom.__main__ import compute_stats, main
-from rti_jax.envs.telecom.evaluation import ToolCallRecord, evaluate
+from rti_jax.envs.telecom.evaluation import ToolCallRecord, assert_no_overdue_bill, evaluate
 from rti_jax.envs.telecom.scripted_agents import DoNothingAgent, GoldAgent, ScriptAgent, pass_rate, run_episode, tool_call_text
 
 TRANSFER_TASK = "[service_issue]contract_end_suspension|lock_sim_card_pin[PERSONA:Hard]"
@@ -72,6 +73,32 @@ def test_do_nothing_scores_zero_on_every_base_task(stop):
   rewards = {tid: run_episode(env, DoNothingAgent(stop=stop), tid).reward for tid in ALL_IDS}
   assert set(rewards.values()) == {0.0}
   assert env.transcript.info["termination"] == ("agent_stop" if stop else "max_turns")
+
+
+def test_every_gold_action_is_needed():
+  """Dropping any one gold action from the replay loses the reward. The exception: a
+  reboot that a later reboot or SIM reseat makes redundant (both re-register the phone)."""
+  env = TelecomEnv()
+  still_solved = []
+  for task in load_tasks().values():
+    for i, action in enumerate(task.actions):
+      shortened = dataclasses.replace(task, actions=task.actions[:i] + task.actions[i + 1:])
+      if run_episode(env, GoldAgent(shortened), task).reward == 1.0:
+        still_solved.append((task.task_id, action.name, task.actions[i + 1].name if i + 1 < len(task.actions) else None))
+  assert {name for _, name, _ in still_solved} == {"reboot_device"}
+  for task_id, _, following in still_solved:
+    later = [a.name for a in get_task(task_id).actions]
+    assert later.count("reboot_device") == 2 or following == "reseat_sim_card", task_id
+
+
+def test_a_payment_request_alone_does_not_clear_the_overdue_bill():
+  task = get_task("[service_issue]airplane_mode_on|overdue_bill_suspension[PERSONA:None]")
+  state = st.initialize(list(task.init_actions))
+  assert not assert_no_overdue_bill(state, "B1234321")
+  st.find_record(state.db, "bills", "bill_id", "B1234321")["status"] = "Awaiting Payment"
+  assert not assert_no_overdue_bill(state, "B1234321")
+  st.find_record(state.db, "bills", "bill_id", "B1234321")["status"] = "Paid"
+  assert assert_no_overdue_bill(state, "B1234321") and assert_no_overdue_bill(state, "B0000")
 
 
 def test_reward_is_the_product_of_assertions_and_actions():

@@ -64,10 +64,15 @@ def assert_data_refueling_amount(state: TelecomState, customer_id: str, line_id:
   return math.isclose(float(line["data_refueling_gb"]), float(expected_amount), abs_tol=1e-6)
 
 
+#: bill statuses of a past-due bill that is still unpaid (a payment request alone does not pay it)
+UNPAID_PAST_DUE = ("Overdue", "Awaiting Payment")
+
+
 def assert_no_overdue_bill(state: TelecomState, overdue_bill_id: str) -> bool:
-  """True unless bill ``overdue_bill_id`` exists and is still Overdue."""
+  """True unless bill ``overdue_bill_id`` exists and is still unpaid (Overdue, or
+  Awaiting Payment after a payment request the user has not paid)."""
   bill = st.find_record(state.db, "bills", "bill_id", overdue_bill_id)
-  return bill is None or bill["status"] != "Overdue"
+  return bill is None or bill["status"] not in UNPAID_PAST_DUE
 
 
 ASSERTIONS: dict[tuple[str, str], Callable[..., bool]] = {
