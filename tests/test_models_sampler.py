@@ -1,0 +1,216 @@
+"""KV-cache sampler and score: transformers parity, log-prob consistency, distributions."""
+
+import jax
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+import models
+from models import sampler as sampler_lib
+from models.sampler import Sampler, filter_logits
+from models_fixtures import qwen2_tied_ckpt, qwen3_ckpt  # noqa: F401 (fixtures)
+
+PROMPTS = [[5, 6, 7, 8, 9], [1, 2], [3, 4, 5, 6, 7, 8, 9, 10, 11], [42]]
+
+
+def _torch_next_logits(ref_model, prompt):
+  with torch.no_grad():
+    return ref_model(input_ids=torch.tensor([prompt])).logits[0, -1].double().numpy()
+
+
+def _softmax(x):
+  e = np.exp(x - x.max())
+  return e / e.sum()
+
+
+def _chi2_pvalue(samples, probs, n):
+  """Pearson chi-square of ``samples`` against ``probs``; bins with expected < 5 are pooled."""
+  counts = np.bincount(samples, minlength=len(probs))
+  assert counts[probs == 0].sum() == 0, "sampled a token of probability 0"
+  exp = probs * n
+  big = exp >= 5
+  obs = np.append(counts[big], counts[~big].sum())
+  exp = np.append(exp[big], exp[~big].sum())
+  keep = exp > 0
+  return stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue
+
+
+@pytest.fixture(scope="module")
+def qwen3(qwen3_ckpt):
+  path, ref = qwen3_ckpt
+  model, _ = models.from_pretrained(path)
+  return Sampler(model, max_cache_len=256), ref
+
+
+@pytest.mark.parametrize("ckpt", ["qwen3_ckpt", "qwen2_tied_ckpt"])
+def test_greedy_equals_transformers_generate(request, ckpt):
+  path, ref = request.getfixturevalue(ckpt)
+  model, _ = models.from_pretrained(path)
+  out = Sampler(model).generate(PROMPTS, key=jax.random.key(0), max_new_tokens=12, temperature=0.0)
+  longest = max(map(len, PROMPTS))
+  ids = torch.tensor([[0] * (longest - len(p)) + p for p in PROMPTS])
+  mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in PROMPTS])
+  want = ref.generate(input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False,
+                      pad_token_id=0)[:, longest:].numpy()
+  np.testing.assert_array_equal(np.stack(out.tokens), want)
+  assert out.finish_reasons == ["length"] * 4
+  assert all(np.all(s == 0) for s in out.sampling_logprobs)
+
+
+def test_sampled_logprobs_equal_score_and_torch(qwen3):
+  sampler, ref = qwen3
+  out = sampler.generate(PROMPTS, key=jax.random.key(1), max_new_tokens=16, temperature=0.8, top_k=30)
+  scored = sampler.score(PROMPTS, out.tokens)
+  for p, toks, lp, sc in zip(PROMPTS, out.tokens, out.logprobs, scored):
+    assert len(toks) == 16 and lp.dtype == np.float32 and sc.dtype == np.float32
+    assert np.abs(lp - sc).max() <= 1e-4
+    with torch.no_grad():
+      full = ref(input_ids=torch.tensor([p + toks.tolist()])).logits[0].log_softmax(-1).numpy()
+    want = full[np.arange(len(p) - 1, len(p) - 1 + len(toks)), toks]
+    assert np.abs(sc - want).max() <= 1e-4
+
+
+def test_score_handles_mixed_lengths_and_empty_responses(qwen3):
+  sampler, ref = qwen3
+  prompts, responses = [[1, 2, 3], [7]], [[], [8, 9, 10, 11]]
+  got = sampler.score(prompts, responses)
+  assert got[0].shape == (0,)
+  with torch.no_grad():
+    full = ref(input_ids=torch.tensor([[7, 8, 9, 10, 11]])).logits[0].log_softmax(-1).numpy()
+  np.testing.assert_allclose(got[1], full[[0, 1, 2, 3], [8, 9, 10, 11]], atol=1e-4)
+  assert models.sampler.score(sampler_model(sampler), prompts, responses)[1].shape == (4,)
+
+
+def sampler_model(sampler):
+  from flax import nnx
+  return nnx.merge(sampler.graphdef, sampler.state)
+
+
+N_DRAWS = 4096
+
+
+def _first_tokens(sampler, prompt, seed, **kw):
+  out = sampler.generate([prompt] * N_DRAWS, key=jax.random.key(seed), max_new_tokens=1, **kw)
+  return np.array([t[0] for t in out.tokens]), out
+
+
+def test_temperature_sampling_matches_softmax_of_scaled_logits(qwen3):
+  """Chi-square: samples at t = 0.7 fit softmax(logits / 0.7) and reject softmax(logits)."""
+  sampler, ref = qwen3
+  prompt = [3, 1, 4, 1, 5]
+  logits = _torch_next_logits(ref, prompt)
+  toks, out = _first_tokens(sampler, prompt, seed=2, temperature=0.7)
+  assert _chi2_pvalue(toks, _softmax(logits / 0.7), N_DRAWS) > 1e-3
+  assert _chi2_pvalue(toks, _softmax(logits), N_DRAWS) < 1e-6
+  # returned log-probs are those of the temperature-1 policy, sampling ones of the tempered law
+  np.testing.assert_allclose([l[0] for l in out.logprobs], np.log(_softmax(logits))[toks], atol=1e-4)
+  np.testing.assert_allclose([l[0] for l in out.sampling_logprobs],
+                             np.log(_softmax(logits / 0.7))[toks], atol=1e-4)
+
+
+def _reference_filter(logits, k, p):
+  """Brute force: keep the top k, then the smallest prefix whose mass-before is < p."""
+  order = np.argsort(-logits, kind="stable")
+  keep = np.zeros(len(logits), bool)
+  k = k if k > 0 else len(logits)
+  probs = _softmax(logits[order[:k]])
+  mass = 0.0
+  for rank, tok in enumerate(order[:k]):
+    if rank > 0 and mass >= p:
+      break
+    keep[tok] = True
+    mass += probs[rank]
+  return keep
+
+
+@pytest.mark.parametrize("top_k, top_p", [(5, 1.0), (0, 0.6), (10, 0.8), (1, 1.0), (0, 1.0)])
+def test_filter_logits_matches_brute_force(top_k, top_p):
+  rng = np.random.default_rng(top_k)
+  logits = rng.normal(size=(6, 40)).astype(np.float32) * 2
+  got = np.asarray(filter_logits(logits, np.full(6, top_k), np.full(6, top_p, np.float32)))
+  for row in range(6):
+    want = _reference_filter(logits[row].astype(np.float64), top_k, top_p)
+    np.testing.assert_array_equal(np.isfinite(got[row]), want)
+    np.testing.assert_array_equal(got[row][want], logits[row][want])
+
+
+@pytest.mark.parametrize("top_k, top_p", [(5, 1.0), (0, 0.7)])
+def test_top_k_top_p_sampling_matches_the_truncated_law(qwen3, top_k, top_p):
+  sampler, ref = qwen3
+  prompt = [2, 7, 1, 8]
+  logits = _torch_next_logits(ref, prompt) / 1.3
+  keep = _reference_filter(logits, top_k, top_p)
+  probs = np.where(keep, _softmax(np.where(keep, logits, -np.inf)), 0.0)
+  toks, _ = _first_tokens(sampler, prompt, seed=3, temperature=1.3, top_k=top_k, top_p=top_p)
+  assert keep[toks].all()
+  assert _chi2_pvalue(toks, probs, N_DRAWS) > 1e-3
+
+
+def test_stop_ids_end_rows_early_and_independently(qwen3):
+  sampler, _ = qwen3
+  greedy = sampler.generate(PROMPTS, key=jax.random.key(0), max_new_tokens=16, temperature=0.0)
+  stop = int(greedy.tokens[0][3])
+  first_hit = [int(np.argmax(t == stop)) if (t == stop).any() else None for t in greedy.tokens]
+  out = sampler.generate(PROMPTS, key=jax.random.key(0), max_new_tokens=16, temperature=0.0,
+                         stop_token_ids=[stop, 95])
+  for row, hit in enumerate(first_hit):
+    if hit is None:
+      assert out.finish_reasons[row] == "length" and len(out.tokens[row]) == 16
+      np.testing.assert_array_equal(out.tokens[row], greedy.tokens[row])
+    else:
+      assert out.finish_reasons[row] == "stop" and out.tokens[row][-1] == stop
+      np.testing.assert_array_equal(out.tokens[row], greedy.tokens[row][:hit + 1])
+      assert len(out.logprobs[row]) == hit + 1
+  assert out.finish_reasons[0] == "stop" and len(out.tokens[0]) <= 4
+
+
+def test_explicit_keys_make_sampling_reproducible(qwen3):
+  sampler, _ = qwen3
+  a = sampler.generate(PROMPTS, key=jax.random.key(7), max_new_tokens=8)
+  b = sampler.generate(PROMPTS, key=jax.random.key(7), max_new_tokens=8)
+  c = sampler.generate(PROMPTS, key=jax.random.key(8), max_new_tokens=8)
+  np.testing.assert_array_equal(np.stack(a.tokens), np.stack(b.tokens))
+  assert not np.array_equal(np.stack(a.tokens), np.stack(c.tokens))
+
+
+def test_no_recompilation_within_a_bucket(qwen3):
+  sampler, _ = qwen3
+  sampler.generate([[1, 2, 3]] * 3, key=jax.random.key(0), max_new_tokens=10)
+  before = sampler_lib._generate_jit._cache_size()
+  sampler.generate([[1] * 12, [4, 5], [6]], key=jax.random.key(1), max_new_tokens=16, temperature=0.3)
+  sampler.generate([[9]] * 4, key=jax.random.key(2), max_new_tokens=5, temperature=0.0,
+                   top_k=3, top_p=0.5, stop_token_ids=[1, 2, 3])
+  assert sampler_lib._generate_jit._cache_size() == before
+  sampler.score([[1, 2]], [[3, 4]])
+  n_score = sampler_lib._score_jit._cache_size()
+  sampler.score([[1, 2, 3, 4]], [[5]])
+  assert sampler_lib._score_jit._cache_size() == n_score
+
+
+@pytest.mark.parametrize("prompts, kw, needle", [
+  ([[1, 2], []], {}, r"prompts\[1\].*empty"),
+  ([[1, 96]], {}, r"prompts\[0\].*\[0, 96\).*96"),
+  ([[-3, 1]], {}, r"prompts\[0\].*-3"),
+  ([[1] * 250], {"max_new_tokens": 10}, r"prompts\[0\].*250.*max_cache_len=256"),
+  ([[1]], {"max_new_tokens": 0}, "max_new_tokens"),
+  ([[1]], {"top_p": 0.0}, "top_p"),
+  ([[1]], {"stop_token_ids": [500], "max_new_tokens": 4}, "stop_token_ids"),
+  ([], {}, "at least one prompt"),
+])
+def test_bad_generate_input_raises_clear_errors(qwen3, prompts, kw, needle):
+  sampler, _ = qwen3
+  with pytest.raises(ValueError, match=needle):
+    sampler.generate(prompts, key=jax.random.key(0), **kw)
+
+
+@pytest.mark.parametrize("prompts, responses, needle", [
+  ([[1]], [[2], [3]], "responses: expected 1"),
+  ([[]], [[2]], r"prompts\[0\].*empty"),
+  ([[1]], [[200]], r"responses\[0\].*200"),
+  ([[1] * 200], [[2] * 100], "max_cache_len=256"),
+])
+def test_bad_score_input_raises_clear_errors(qwen3, prompts, responses, needle):
+  sampler, _ = qwen3
+  with pytest.raises(ValueError, match=needle):
+    sampler.score(prompts, responses)
