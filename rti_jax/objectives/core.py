@@ -124,12 +124,22 @@ def surrogate_from_ratio(ratio: jax.Array, adv: jax.Array, clip_low: float, clip
 
   ratio: [B, T]; adv: [B, 1] or [B, T]. Dual clip (Ye et al. 2020, as in verl): for A < 0 the
   loss is further capped at ``-dual_clip * A``.
+
+  Written as an explicit selection rather than ``max(.., clip(..))`` so that the gradient at
+  a ratio *exactly* on a bound is the unclipped one (a clipped token is one strictly outside
+  ``[1 - clip_low, 1 + clip_high]`` on the side its advantage pushes towards), the same as
+  torch's ``max(-A r, -A clamp(r))`` used by verl/TRL; ``jnp.clip``/``jnp.maximum`` would
+  split the gradient at ties. Values are identical to the max/clip form.
   """
-  unclipped = -adv * ratio
-  clipped = -adv * jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
-  loss = jnp.maximum(unclipped, clipped)
+  upper = 1.0 + clip_high
+  lower = 1.0 - clip_low
+  # A > 0: the objective is A min(r, upper); A < 0: A max(r, lower).
+  clipped_hi = (adv > 0) & (ratio > upper)
+  clipped_lo = (adv < 0) & (ratio < lower)
+  loss = jnp.where(clipped_hi, -adv * upper, jnp.where(clipped_lo, -adv * lower, -adv * ratio))
   if dual_clip is not None:
-    loss = jnp.where(adv < 0, jnp.minimum(loss, -adv * dual_clip), loss)
+    # A < 0 and r > c: the loss -A r is capped at -A c (constant, no gradient).
+    loss = jnp.where((adv < 0) & (ratio > dual_clip), -adv * dual_clip, loss)
   return loss
 
 
