@@ -1,0 +1,207 @@
+"""LLM-backed roles: tolerant JSON parsing with conservative defaults, the App. A.1 prompt
+templates for every domain, and the roles served by a separate endpoint inside the pipeline."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from rti_jax.intervention import (
+  InterventionConfig,
+  InterventionRoles,
+  JudgeLLM,
+  LLMCorrector,
+  LLMValidator,
+  LLMVerifier,
+  StepContext,
+  ValidatorJudgement,
+  intervene_groups,
+  parse_corrector,
+  parse_json_object,
+  parse_validator,
+  parse_verifier,
+)
+from rti_jax.intervention.judges import corrector_prompt, feedback_message, render, validator_prompt, verifier_prompt
+from rti_jax.intervention.testing import (
+  FEEDBACK_MARKER,
+  NAV_TOOLS,
+  MiniNavEnv,
+  MiniNavScript,
+  ScriptedPolicy,
+  byte_tokenizer,
+  mini_nav_tasks,
+  scripted_logp,
+)
+from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
+
+
+@pytest.mark.parametrize(
+  "text, expected",
+  [
+    ('{"is_valid": false, "error_types": ["x"]}', {"is_valid": False, "error_types": ["x"]}),
+    ('Sure!\n```json\n{"ok": true, "reasons": []}\n```\nHope this helps {not json}', {"ok": True, "reasons": []}),
+    ('<think>maybe {"ok": false}</think>\nVerdict: {"ok": true} -- done', {"ok": True}),
+    ("{'ok': True}", None),  # single quotes are not JSON; no silent guessing
+    ('prefix {"a": {"b": "}"}} suffix {"c": 1}', {"a": {"b": "}"}}),
+    ('{"ok": True, "reasons": None}', {"ok": True, "reasons": None}),  # Python literals
+    ("[1, 2, 3]", None),
+    ("no json at all", None),
+    ('{"ok": tru', None),
+  ],
+)
+def test_parse_json_object(text, expected):
+  assert parse_json_object(text) == expected
+
+
+def test_validator_defaults_to_valid_when_malformed():
+  j = parse_validator('```json\n{"diagnosis": "bad", "is_valid": "false", "error_types": "premature_direction", '
+                      '"suggest_next": "search again"}\n```')
+  assert j == ValidatorJudgement(False, ("premature_direction",), "bad", "search again")
+  for bad in ("nothing", '{"diagnosis": "missing the verdict"}', '{"is_valid": "perhaps"}'):
+    j = parse_validator(bad)
+    assert j.is_valid and j.malformed
+
+
+def test_verifier_defaults_to_reject_when_malformed():
+  v = parse_verifier('{"ok": "yes", "reasons": [], "diagnosis": "fine"}')
+  assert v.ok and not v.malformed and v.diagnosis == "fine"
+  v = parse_verifier('{"ok": false, "reasons": "leak"}')
+  assert not v.ok and v.reasons == ("leak",)
+  for bad in ("", "ok!", '{"reasons": []}'):
+    v = parse_verifier(bad)
+    assert not v.ok and v.malformed
+
+
+def test_parse_corrector():
+  out = parse_corrector('{"reasoning": "r", "tool_calls": [{"name": "poi_search", "arguments": "{\\"address\\": \\"A\\"}"}], '
+                        '"content": ""}')
+  assert out == ("r", [{"name": "poi_search", "arguments": {"address": "A"}}], "")
+  out = parse_corrector('{"reasoning": "r", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {}}}]}')
+  assert out == ("r", [{"name": "f", "arguments": {}}], "")
+  assert parse_corrector('{"reasoning": "r", "tool_calls": [], "content": "Please reboot your phone."}')[2] == "Please reboot your phone."
+  for bad in ('{"reasoning": "r", "tool_calls": [], "content": ""}', '{"tool_calls": [{"arguments": {}}]}',
+              '{"tool_calls": [{"name": "f", "arguments": "not json"}]}', "prose"):
+    assert parse_corrector(bad) is None
+
+
+NAV_EVIDENCE = {"route": ["121.5012,25.0301", "121.5409,25.0533"], "order_level": 4, "places": ["Dajin Park", "Yixing Temple"]}
+TELECOM_EVIDENCE = {
+  "completion_note": "every required action is done and the user can send an MMS",
+  "agent_actions": [{"name": "get_customer_by_phone", "arguments": {"phone_number": "555-123-2002"}}],
+  "user_actions": [{"name": "toggle_data", "arguments": {}}],
+  "evaluation_criteria": {"actions": [{"requestor": "user", "name": "toggle_data", "arguments": {}}]},
+  "user_side_tools": ["toggle_data", "reboot_device"],
+  "agent_side_tools": ["get_customer_by_phone"],
+}
+
+
+def _ctx(domain):
+  evidence = NAV_EVIDENCE if domain == "navigation" else TELECOM_EVIDENCE
+  history = ({"role": "user", "content": "Route from Dajin Park to Yixing Temple, please."},)
+  return StepContext("Route from Dajin Park to Yixing Temple, please.", history, "DRAFT-TEXT", tuple(NAV_TOOLS), evidence, domain)
+
+
+@pytest.mark.parametrize("domain", ["navigation", "telecom", "retail", "airline"])
+def test_templates_render_completely(domain):
+  ctx = _ctx(domain)
+  judgement = ValidatorJudgement(False, ("premature_direction",), "DIAG", "SUGGEST")
+  prompts = [validator_prompt(ctx), corrector_prompt(ctx, judgement), verifier_prompt(ctx, "CORRECTED-TEXT")]
+  for p in prompts:
+    assert not re.search(r"\$[a-z_]+", p), p  # every placeholder was filled
+    assert "DRAFT-TEXT" in p
+  v, c, r = prompts
+  assert "Output JSON" in v and '"is_valid"' in v and '"suggest_next"' in v
+  assert "DIAG" in c and "SUGGEST" in c and '"tool_calls"' in c and "style reference" in c.lower()
+  assert "CORRECTED-TEXT" in r and '"ok"' in r
+  if domain == "navigation":
+    assert "121.5409,25.0533" in v and "121.5409,25.0533" in c
+    assert "121.5409,25.0533" not in r  # the Navigation Verifier sees visible information only
+    assert "Hard Rules" in v and "silent calibrator" in c and "not_derivable" in r
+  else:
+    assert "every required action is done" in v and "toggle_data" in v and "$500" in r
+    assert ("USER_SIDE_DEVICE_ACTION" in v and '["toggle_data", "reboot_device"]' in v) == (domain == "telecom")
+    assert ("MISSING_CONFIRMATION" in v) == (domain in ("retail", "airline"))
+
+
+def test_template_errors_name_the_problem():
+  with pytest.raises(KeyError, match="response_text"):
+    render("navigation_validator", history_json="[]", order="", ref="", gt="")
+  with pytest.raises(FileNotFoundError, match="nope"):
+    render("nope")
+  with pytest.raises(ValueError, match="domain"):
+    validator_prompt(StepContext("q", (), "d", (), {}, "chess"))
+  assert "DIAG" in feedback_message(ValidatorJudgement(False, (), "DIAG", "NEXT")) and FEEDBACK_MARKER in feedback_message(
+    ValidatorJudgement(False))
+
+
+class JudgeScript:
+  """A separate intervening model: answers the three App. A.1 prompts for the mini map."""
+
+  def __init__(self, corrector_json: str | None = None):
+    self.corrector_json = corrector_json
+
+  def __call__(self, prompt: str) -> str:
+    if "trajectory supervisor" in prompt:
+      current = prompt.split("[Current Response]", 1)[1].split("[Hard Rules]", 1)[0]
+      bad = "116.3971,39.9169" in current  # the Beijing temple
+      verdict = {"is_valid": not bad, "error_types": ["premature_direction"] if bad else [],
+                 "diagnosis": "Yixing Temple was found in Beijing, far from the parks in Taipei." if bad else "ok",
+                 "suggest_next": "Search Yixing Temple again in Taipei." if bad else ""}
+      return "<think>\nchecking\n</think>\n```json\n" + json.dumps(verdict) + "\n```"
+    if "silent calibrator" in prompt:
+      return self.corrector_json or json.dumps({
+        "reasoning": "The temple result is far from the other stops; search it in Taipei.",
+        "tool_calls": [{"name": "poi_search", "arguments": {"address": "Yixing Temple", "region": "Taipei"}}],
+        "content": ""})
+    if "post-checker" in prompt:
+      return 'Verdict: {"ok": true, "reasons": [], "diagnosis": "derivable"} (end)'
+    raise AssertionError(f"unexpected judge prompt: {prompt[:200]}")
+
+
+@pytest.fixture(scope="module")
+def tok():
+  return byte_tokenizer()
+
+
+def _pipeline(tok, judge_script):
+  fmt = ChatFormatter(tok, NAV_TOOLS)
+  policy = ScriptedPolicy(tok, MiniNavScript(), scripted_logp(-1.0, -0.2))
+  judge = ScriptedPolicy(tok, judge_script, scripted_logp())
+  llm = JudgeLLM(judge, ChatFormatter(tok))
+  rc = RolloutConfig(group_size=2)
+  tasks = mini_nav_tasks()
+  groups = rollout_groups(tasks, MiniNavEnv, policy, fmt, rc, task_id=lambda t: t.task_id)
+  n_policy = len(policy.calls)
+  roles = InterventionRoles(LLMValidator(llm), LLMCorrector(llm), LLMVerifier(llm))
+  new, stats = intervene_groups(groups, tasks, MiniNavEnv, policy, fmt, roles, InterventionConfig(), rc,
+                                task_id=lambda t: t.task_id)
+  return groups, new, stats, policy, judge, n_policy
+
+
+def test_separate_intervening_model_corrects_through_the_pipeline(tok):
+  groups, new, stats, policy, judge, n_policy = _pipeline(tok, JudgeScript())
+  assert stats.groups_triggered == 1 and stats.steps_flagged == 1 and stats.verifier_accepted == 1
+  assert stats.corrections_applied == 1 and stats.trajectories_success == 1 and stats.validator_malformed == 0
+  traj = new[1][0]
+  turn = next(t for t in traj.turns if t.intervened)
+  assert turn.text == ('<think>\nThe temple result is far from the other stops; search it in Taipei.\n</think>\n\n'
+                       '<tool_call>\n{"name": "poi_search", "arguments": {"address": "Yixing Temple", "region": "Taipei"}}'
+                       '\n</tool_call>')
+  # The policy generated only its own drafts; the judge got every role prompt.
+  assert all("trajectory supervisor" not in c for c in policy.calls[n_policy:])
+  assert stats.steps_total == 4  # search, corrected re-search, direction, answer
+  assert sum("trajectory supervisor" in c for c in judge.calls) == stats.steps_total  # one Validator call per step
+  # log pi_roll and log pi_cal are the POLICY's scores under p_roll and p_cal (Eq. 5), not the judge's
+  a = traj.arrays()
+  ids = a["token_ids"][turn.start:turn.end]
+  np.testing.assert_allclose(a["roll_logp"][turn.start:turn.end], -1.0 - 0.01 * (ids % 7), atol=1e-6)
+  np.testing.assert_allclose(a["cal_logp"][turn.start:turn.end], -0.2 - 0.01 * (ids % 7), atol=1e-6)
+
+
+def test_malformed_corrector_json_is_counted_and_the_draft_kept(tok):
+  groups, new, stats, *_ = _pipeline(tok, JudgeScript(corrector_json="I would search again, I think."))
+  assert stats.steps_flagged == 1 and stats.corrector_malformed == 1 and stats.corrections_applied == 0
+  assert new[1] == groups[1]
