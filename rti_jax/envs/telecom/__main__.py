@@ -1,8 +1,9 @@
 """``python -m rti_jax.envs.telecom stats``: task counts, scripted-user coverage, pass rates.
 
 Coverage = the share of tasks whose gold path the scripted user follows, measured
-as a gold replay (``scripted_agents.GoldAgent``) scoring 1 through the full
-text interface. The do-nothing agents stop at once or only chat until the turn limit.
+as a gold replay (``scripted_agents.GoldAgent``, device actions asked for by tool
+name) scoring 1 through the full text interface; the described replay
+(``DescribedGoldAgent``) asks for them in plain words instead. The do-nothing agents stop at once or only chat until the turn limit.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 from typing import Any
 
 from rti_jax.envs.telecom.env import TelecomEnv
-from rti_jax.envs.telecom.scripted_agents import DoNothingAgent, GoldAgent, run_episode
+from rti_jax.envs.telecom.scripted_agents import DescribedGoldAgent, DoNothingAgent, GoldAgent, run_episode
 from rti_jax.envs.telecom.tasks import ISSUE_TYPES, load_split
 
 
@@ -36,6 +37,7 @@ def compute_stats(seeds: tuple[int, ...] = (0, 1, 2)) -> dict[str, Any]:
         if reward != 1.0:
           failures.append({"seed": seed, "task_id": task.task_id, "evaluation": env.transcript.info.get("evaluation")})
     env = TelecomEnv()
+    described = sum(run_episode(env, DescribedGoldAgent(t), t).reward for t in tasks)
     stop_pass = sum(run_episode(env, DoNothingAgent(stop=True), t).reward for t in tasks)
     chat_pass = sum(run_episode(env, DoNothingAgent(stop=False), t).reward for t in tasks)
     n = len(tasks)
@@ -46,6 +48,7 @@ def compute_stats(seeds: tuple[int, ...] = (0, 1, 2)) -> dict[str, Any]:
                                            if by_issue[k]},
         "covered_tasks": n - len({f["task_id"] for f in failures}),
         "gold_replay_mean_turns": sum(gold_turns) / len(gold_turns),
+        "described_gold_replay_pass": described / n,
         "do_nothing_stop_pass": stop_pass / n, "do_nothing_chat_pass": chat_pass / n,
         "gold_failures": failures,
     }
@@ -55,14 +58,14 @@ def compute_stats(seeds: tuple[int, ...] = (0, 1, 2)) -> dict[str, Any]:
 def _print_table(stats: dict[str, Any]) -> None:
   print(f"tau2-Telecom offline (scripted user seeds {stats['seeds']})")
   header = ("split", "tasks", "service", "mobile_data", "mms", "covered", "gold pass", "gold turns",
-            "do-nothing stop", "do-nothing chat")
+            "described gold pass", "do-nothing stop", "do-nothing chat")
   print(" | ".join(header))
   for split, s in stats["splits"].items():
     issues = s["by_issue_type"]
     print(" | ".join(str(x) for x in (
         split, s["tasks"], issues["service_issue"], issues["mobile_data_issue"], issues["mms_issue"],
         f"{s['covered_tasks']}/{s['tasks']}", f"{s['gold_replay_pass']:.3f}", f"{s['gold_replay_mean_turns']:.1f}",
-        f"{s['do_nothing_stop_pass']:.3f}", f"{s['do_nothing_chat_pass']:.3f}")))
+        f"{s['described_gold_replay_pass']:.3f}", f"{s['do_nothing_stop_pass']:.3f}", f"{s['do_nothing_chat_pass']:.3f}")))
   for split, s in stats["splits"].items():
     for f in s["gold_failures"]:
       print(f"gold failure [{split}] seed {f['seed']}: {f['task_id']}")

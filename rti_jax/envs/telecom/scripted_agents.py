@@ -5,7 +5,8 @@
   then for each expected action either calls the agent tool (offering a refuel
   first, checking bills before a payment request, sending the transfer message
   after a transfer) or asks the user to run the device tool by name with its
-  arguments; finally asks the user to check the goal, then stops.
+  arguments (``style="named"``) or in plain words (``"described"``); finally asks
+  the user to check the goal, then stops.
 * ``do_nothing_turns``: stops at once (``stop=True``) or only chats.
 
 Agents follow the Navigation agents' protocol (``act(messages) -> str``);
@@ -31,7 +32,31 @@ def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
   return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
-def _device_request(action: Action) -> str:
+#: plain-words requests for the gold device actions (no tool names), for ``style="described"``
+_DESCRIBED = {
+    "toggle_airplane_mode": "Please turn off airplane mode.",
+    "toggle_data": "Please turn on your mobile data.",
+    "toggle_roaming": "Please turn on data roaming on your phone.",
+    "toggle_data_saver_mode": "Please turn off Data Saver mode.",
+    "toggle_wifi_calling": "Please turn off Wi-Fi Calling.",
+    "reset_apn_settings": "Please reset your APN settings to the default.",
+    "reboot_device": "Please restart your phone.",
+    "reseat_sim_card": "Please take out your SIM card and put it back in.",
+    "disconnect_vpn": "Please disconnect your VPN.",
+}
+_DESCRIBED_GOAL = {"mms": "Please try sending a picture message now.", "speed": "Please run a speed test now.",
+                   "signal": "Please look at your status bar now and tell me what it shows."}
+STYLES = ("named", "described")
+
+
+def _device_request(action: Action, style: str) -> str:
+  if style == "described":
+    if action.name == "set_network_mode_preference":
+      return "Please change your preferred network mode to 4G/5G preferred."
+    if action.name == "grant_app_permission":
+      return f"Please grant the {action.arguments['app_name']} app the {action.arguments['permission']} permission."
+    if action.name in _DESCRIBED:
+      return _DESCRIBED[action.name]
   args = ", ".join(f'{k}="{v}"' for k, v in action.arguments.items())
   return f"Please run {action.name}({args}) on your phone and tell me the result."
 
@@ -46,8 +71,11 @@ def _refuel_offer(action: Action) -> str:
           f"Would you like me to proceed?")
 
 
-def gold_agent_turns(task: TelecomTask) -> list[str]:
-  """The assistant turns of a gold replay of ``task``."""
+def gold_agent_turns(task: TelecomTask, style: str = "named") -> list[str]:
+  """The assistant turns of a gold replay of ``task``; device actions are asked for by
+  tool name (``style="named"``) or in plain words without tool names (``"described"``)."""
+  if style not in STYLES:
+    raise ValueError(f"style must be one of {STYLES}, got {style!r}")
   phone = profile_of(task).phone_number or ""
   turns = ["I can help with that. Could you please give me your phone number?",
            tool_call_text("get_customer_by_phone", {"phone_number": phone})]
@@ -56,7 +84,7 @@ def gold_agent_turns(task: TelecomTask) -> list[str]:
       if action.name == "make_payment":
         turns.append("I sent a payment request for your overdue bill. Please check your payment request and pay it.")
       else:
-        turns.append(_device_request(action))
+        turns.append(_device_request(action, style))
       continue
     if action.name == "refuel_data":
       turns.append(_refuel_offer(action))
@@ -66,7 +94,8 @@ def gold_agent_turns(task: TelecomTask) -> list[str]:
     if action.name == "transfer_to_human_agents":
       turns.append(TRANSFER_MESSAGE)
   goal = goal_of(task)
-  turns.append(f"Please run {goal.tools[0]}() on your phone to check whether the issue is fixed.")
+  turns.append(_DESCRIBED_GOAL[goal.name] if style == "described" else
+               f"Please run {goal.tools[0]}() on your phone to check whether the issue is fixed.")
   turns.append(f"Thank you for contacting us. {AGENT_STOP}")
   return turns
 
@@ -99,8 +128,15 @@ class ScriptAgent:
 class GoldAgent(ScriptAgent):
   """The gold replay of ``task`` (``gold_agent_turns``)."""
 
+  def __init__(self, task: TelecomTask, style: str = "named"):
+    super().__init__(gold_agent_turns(task, style))
+
+
+class DescribedGoldAgent(GoldAgent):
+  """The gold replay asking for device actions in plain words, never by tool name."""
+
   def __init__(self, task: TelecomTask):
-    super().__init__(gold_agent_turns(task))
+    super().__init__(task, style="described")
 
 
 class DoNothingAgent(ScriptAgent):
