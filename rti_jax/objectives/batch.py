@@ -29,6 +29,10 @@ class RTIBatch:
   loss_mask: [B, T] 1 on trained tokens (policy-written response tokens; environment feedback,
     prompt and padding are 0).
   old_logp: [B, T] float32 log-prob of each token under the behaviour policy ``pi_old`` (Eq. 2).
+    On intervened tokens this is the rollout-prompt rescoring, i.e. equal to ``roll_logp``:
+    Eq. 7's ``rho_grpo`` compares the current policy with the policy that held the rollout
+    context (Algorithm 1 caches exactly these log-probs), and the shift between correction
+    and rollout prompt is carried by ``rho_cal`` alone.
   advantages: [B] (Eq. 1) or [B, T] float32.
   roll_logp: [B, T] log pi_theta^roll of intervened tokens under the rollout prompt (Eq. 5).
   cal_logp: [B, T] log pi_cal of intervened tokens under the correction prompt (Eq. 5).
@@ -111,6 +115,13 @@ class LossConfig:
     C.check_scalar("LossConfig.eps_cal", self.eps_cal, low=0.0, high=1.0, low_open=True, high_open=True)
     C.check_scalar("LossConfig.beta", self.beta, low=0.0)
     core._check_clip(self.clip_low, self.clip_high, self.dual_clip)  # noqa: SLF001
+    C.check_scalar("LossConfig.gspo_clip_low", self.gspo_clip_low, low=0.0, high=1.0, high_open=True)
+    C.check_scalar("LossConfig.gspo_clip_high", self.gspo_clip_high, low=0.0)
+    C.check_scalar("LossConfig.luffy_gamma", self.luffy_gamma, low=0.0, low_open=True)
+    C.check_scalar("LossConfig.opd_coef", self.opd_coef, low=0.0)
+    C.check_scalar("LossConfig.aepo_alpha", self.aepo_alpha, low=0.0)
+    if self.agg_norm is not None:
+      C.check_scalar("LossConfig.agg_norm", self.agg_norm, low=0.0, low_open=True)
 
   def agg_mode(self, default: str) -> str:
     return default if self.agg is None else self.agg
@@ -234,6 +245,10 @@ def loss_from_batch(logp: jax.Array, batch: RTIBatch, cfg: LossConfig) -> tuple[
 
   logp: [B, T] current-policy log-probs aligned with ``batch.input_ids``.
   """
+  if not isinstance(batch, RTIBatch):
+    raise ValueError(f"batch: expected an RTIBatch, got {type(batch).__name__}")
+  if not isinstance(cfg, LossConfig):
+    raise ValueError(f"cfg: expected a LossConfig, got {type(cfg).__name__}")
   batch.check()
   logp = C.check_float("logp", logp, (2,))
   if tuple(logp.shape) != batch.shape:

@@ -401,8 +401,8 @@ def rti_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, loss_m
   Eq. 7 as printed clips to ``(-eps_clip, +eps_clip)``; that is a misprint of Eq. 2's
   ``1 +- eps_clip`` (Eq. 12 and Appendix B use ``1 +- eps_clip``), which we use.
 
-  logp: [B, T] current policy; old_logp: [B, T] behaviour policy of each token (for an
-  intervened trajectory, the policy that scored it when it was collected);
+  logp: [B, T] current policy; old_logp: [B, T] ``pi_old`` of each token; on intervened
+  tokens pass the rollout-prompt rescoring (= ``roll_logp``), see ``RTIBatch``;
   advantages: [B] or [B, T]; loss_mask: [B, T];
   cal_logp, roll_logp, intervened_mask: [B, T], see ``calibration_weights`` (Eq. 5-6);
   rows without intervened tokens get weight 1, so this equals ``grpo_loss`` when
