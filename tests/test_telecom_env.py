@@ -5,6 +5,8 @@ import dataclasses
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
 
 from rti_jax.envs.base import Environment
 from rti_jax.envs.telecom import TRANSFER_MESSAGE, TelecomEnv, get_task, load_tasks
@@ -151,6 +153,23 @@ def test_agent_call_to_a_device_tool_is_an_error_observation():
   assert env.state.phone.data_enabled is False  # nothing changed on the phone
 
 
+def test_case_d1_device_call_and_its_correction():
+  """Paper D.1: the policy calls the user-side check_network_status itself (with a
+  placeholder argument); the corrected turn asks the user, who runs it and reports."""
+  mms_abroad = "[mms_issue]bad_network_preference|user_abroad_roaming_disabled_off[PERSONA:None]"
+  env = TelecomEnv()
+  assert "France" in env.reset(mms_abroad)[1]["content"]
+  bad = env.step('<think>I should first verify their network status.</think>\n'
+                 + tool_call_text("check_network_status", {"phone_number": "user's phone number"}))
+  assert "tool on the user's phone" in bad.messages[0]["content"] and bad.info["user_device_calls_by_agent"] == 1
+  fixed = env.step("Sure, let's first check whether your phone's network settings cause the MMS issue. Please run "
+                   "the check_network_status function on your device and send me the result.")
+  assert fixed.messages[0]["role"] == "user" and "I ran check_network_status:" in fixed.messages[0]["content"]
+  assert "technology 2G" in fixed.messages[0]["content"] and "Data roaming: OFF" in fixed.messages[0]["content"]
+  assert [c.name for c in env.tool_calls] == ["check_network_status", "check_network_status"]
+  assert [c.requestor for c in env.tool_calls] == ["assistant", "user"]
+
+
 def test_malformed_output_never_crashes():
   env = TelecomEnv()
   env.reset(DATA_AT_HOME)
@@ -240,3 +259,22 @@ def test_stats_cli():
   assert base["do_nothing_stop_pass"] == 0.0 and base["do_nothing_chat_pass"] == 0.0
   assert (stats["splits"]["train"]["tasks"], stats["splits"]["test"]["tasks"]) == (74, 40)
   assert main(["stats", "--seeds", "0"]) == 0
+
+
+_FRAGMENTS = ["<tool_call>", "</tool_call>", '{"name": "refuel_data", "arguments": {"gb_amount": "x"}}',
+              '{"name": "toggle_data"}', "<think>", "turn off airplane mode", "reset_apn_settings(", "pay",
+              "###STOP###", "it", "grant_app_permission(app_name=)", "?", "\n", "🙂", "get_details_by_id"]
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(turns=hst.lists(hst.lists(hst.one_of(hst.sampled_from(_FRAGMENTS), hst.text(max_size=20)), max_size=6)
+                       .map("".join), min_size=1, max_size=8))
+def test_arbitrary_assistant_text_never_crashes(turns):
+  env = TelecomEnv(max_turns=6)
+  env.reset(DATA_AT_HOME)
+  for text in turns:
+    result = env.step(text)
+    assert all(m["role"] in ("tool", "user") and isinstance(m["content"], str) for m in result.messages)
+    assert result.reward in (0.0, 1.0)
+    if result.done:
+      break

@@ -482,4 +482,4 @@ class ScriptedUser:
 
 def _wants_goal_check(text: str) -> bool:
   return bool(re.search(r"is it working|working now|try again|is the (?:issue|problem) (?:resolved|fixed)|"
-                        r"does it work|has (?:that|this|it) (?:fixed|resolved|helped)|check (?:if|whether)", text))
+                        r"does it work|has (?:that|this|it) (?:fixed|resolved|helped)", text))
