@@ -11,7 +11,7 @@ from hypothesis import strategies as hst
 from rti_jax.envs.base import Environment
 from rti_jax.envs.telecom import TRANSFER_MESSAGE, TelecomEnv, get_task, load_tasks
 from rti_jax.envs.telecom import state as st
-from rti_jax.envs.telecom.__main__ import compute_stats, main
+from rti_jax.envs.telecom.__main__ import main
 from rti_jax.envs.telecom.evaluation import ToolCallRecord, assert_no_overdue_bill, evaluate
 from rti_jax.envs.telecom.scripted_agents import DescribedGoldAgent, DoNothingAgent, GoldAgent, ScriptAgent, pass_rate, run_episode, tool_call_text
 
@@ -250,15 +250,16 @@ def test_reward_evidence_separates_agent_and_user_actions():
   assert "transfer to a human agent" in env.reward_evidence()["completion_note"]
 
 
-def test_stats_cli():
-  stats = compute_stats(seeds=(0,))
+def test_stats_cli(capsys):
+  assert main(["stats", "--seeds", "0", "--json"]) == 0
+  stats = json.loads(capsys.readouterr().out)
   base = stats["splits"]["base"]
   assert base["tasks"] == 114 and base["by_issue_type"] == {
       "service_issue": 29, "mobile_data_issue": 36, "mms_issue": 49}
   assert base["covered_tasks"] == 114 and base["gold_replay_pass"] == 1.0
   assert base["do_nothing_stop_pass"] == 0.0 and base["do_nothing_chat_pass"] == 0.0
   assert (stats["splits"]["train"]["tasks"], stats["splits"]["test"]["tasks"]) == (74, 40)
-  assert main(["stats", "--seeds", "0"]) == 0
+  assert base["described_gold_replay_pass"] == 1.0 and base["gold_failures"] == []
 
 
 _FRAGMENTS = ["<tool_call>", "</tool_call>", '{"name": "refuel_data", "arguments": {"gb_amount": "x"}}',
