@@ -30,6 +30,7 @@ from rti_jax.intervention.testing import (
   mini_nav_tasks,
   scripted_logp,
 )
+from rti_jax.generation.base import SamplingParams
 from rti_jax.objectives import LossConfig, calibration_weights, loss_from_batch
 from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
 
@@ -205,3 +206,27 @@ def test_config_validation():
     InterventionConfig(ppl_delta=-1.0)
   with pytest.raises(ValueError, match="num_intervened_rollouts"):
     InterventionConfig(num_intervened_rollouts=0)
+
+
+def test_correction_prompt_over_the_context_budget_keeps_the_draft(tok, fmt):
+  groups, _, _, _ = _run(tok, fmt)
+  flagged_turn = groups[1][0].turns[1]  # the direction call with the Beijing temple
+  max_new = RolloutConfig().sampling.max_new_tokens
+  budget = flagged_turn.start + max_new + 10  # p_roll fits, p_roll + feedback does not
+  policy = ScriptedPolicy(tok, MiniNavScript(), scripted_logp(ROLL, CAL))
+  rc = RolloutConfig(group_size=2, max_context_tokens=budget)
+  tasks = mini_nav_tasks()
+  groups = rollout_groups(tasks, MiniNavEnv, policy, fmt, rc, task_id=lambda t: t.task_id)
+  roles = InterventionRoles(NavigationRuleValidator(), PolicyCorrector(policy, rc.sampling, fmt.end_of_turn_id),
+                            NavigationRuleVerifier())
+  new, stats = intervene_groups(groups, tasks, MiniNavEnv, policy, fmt, roles, InterventionConfig(), rc,
+                                task_id=lambda t: t.task_id)
+  assert stats.corrections_over_context == stats.steps_flagged >= 1 and stats.corrections_applied == 0
+  assert not any(FEEDBACK_MARKER in c for c in policy.calls)  # nothing over budget reached the backend
+
+
+def test_judge_prompt_over_budget_gets_the_conservative_default(tok):
+  judge = ScriptedPolicy(tok, lambda p: '{"is_valid": false}', scripted_logp())
+  llm = JudgeLLM(judge, ChatFormatter(tok), SamplingParams(max_new_tokens=16, temperature=0.0), max_context_tokens=64)
+  assert llm.ask(["short", "x" * 500]) == ['{"is_valid": false}', ""]
+  assert len(judge.calls) == 1

@@ -141,3 +141,40 @@ def test_correction_prompt_is_the_rollout_prompt_plus_a_user_message(tok, fmt):
   assert p_cal == list(rendered)
   text = fmt.assistant_text("why", [{"name": "poi_search", "arguments": {"address": "A"}}], "")
   assert text == '<think>\nwhy\n</think>\n\n<tool_call>\n{"name": "poi_search", "arguments": {"address": "A"}}\n</tool_call>'
+
+
+def test_jax_backend_end_to_end_batch_matches_model_logprobs(tok):
+  """Real sampler: rollouts + intervention + batch; old_logp equals the model's own log-probs."""
+  import jax.numpy as jnp
+  from flax import nnx
+
+  from models.config import QwenConfig
+  from models.qwen import Qwen
+  from rti_jax.generation.jax_backend import JaxBackend
+  from rti_jax.intervention import (InterventionConfig, InterventionRoles, NavigationRuleValidator,
+                                    NavigationRuleVerifier, PolicyCorrector, assemble_batch, intervene_groups)
+  from rti_jax.objectives import LossConfig, loss_from_batch, next_token_logprobs
+
+  cfg = QwenConfig(model_type="qwen3", vocab_size=272, hidden_size=32, intermediate_size=48, num_layers=1,
+                   num_heads=4, num_kv_heads=2, head_dim=8, max_position_embeddings=1024)
+  model = Qwen(cfg, rngs=nnx.Rngs(1))
+  backend = JaxBackend(model, max_cache_len=512)
+  fmt_plain = ChatFormatter(tok)  # no tool block: keeps prompts short for the CPU test
+  rc = RolloutConfig(group_size=2, sampling=SamplingParams(max_new_tokens=8, temperature=1.0), max_context_tokens=512)
+  tasks = mini_nav_tasks()
+  groups = rollout_groups(tasks, MiniNavEnv, backend, fmt_plain, rc, task_id=lambda t: t.task_id, seed=3)
+  assert all(t.reward == 0.0 for g in groups for t in g)  # a random policy never plans a route
+  roles = InterventionRoles(NavigationRuleValidator(), PolicyCorrector(backend, rc.sampling, fmt_plain.end_of_turn_id),
+                            NavigationRuleVerifier())
+  new, stats = intervene_groups(groups, tasks, MiniNavEnv, backend, fmt_plain, roles, InterventionConfig(), rc,
+                                task_id=lambda t: t.task_id, seed=5)
+  assert stats.groups_triggered == 2 and stats.steps_total >= 2
+  assert stats.steps_flagged + stats.validator_malformed >= 1
+  batch = assemble_batch(new)
+  logits = model(batch.input_ids, batch.attention_mask)
+  logp = next_token_logprobs(logits, batch.input_ids)
+  lm = np.asarray(batch.loss_mask, bool)
+  assert lm.sum() > 0
+  np.testing.assert_allclose(np.asarray(logp)[lm], np.asarray(batch.old_logp)[lm], atol=2e-4)
+  loss, metrics = loss_from_batch(logp, batch, LossConfig(name="rti"))
+  assert np.isfinite(float(loss)) and float(metrics["clip_frac"]) == 0.0

@@ -360,21 +360,37 @@ class JudgeLLM:
 
   backend: the policy's backend (self-intervention) or a separate endpoint.
   formatter: a ``rollout.ChatFormatter`` for that model's tokenizer (no tools).
+  max_context_tokens: prompt + answer budget of the judge model; a longer prompt is not
+    sent and gets an empty answer (so the role's conservative default applies, counted).
   """
 
-  def __init__(self, backend: GenerationBackend, formatter: Any, params: SamplingParams | None = None) -> None:
+  def __init__(
+    self,
+    backend: GenerationBackend,
+    formatter: Any,
+    params: SamplingParams | None = None,
+    max_context_tokens: int | None = None,
+  ) -> None:
     self.backend = backend
     self.formatter = formatter
     base = params or SamplingParams(max_new_tokens=1024, temperature=0.0)
     stops = tuple(dict.fromkeys(tuple(base.stop_token_ids) + tuple(formatter.stop_token_ids)))
     self.params = dataclasses.replace(base, stop_token_ids=stops)
+    self.max_context_tokens = max_context_tokens
 
   def ask(self, prompts: Sequence[str], seed: int = 0) -> list[str]:
+    """One answer per prompt ("" for a prompt over the budget)."""
     if not prompts:
       return []
     ids = [self.formatter.prompt_ids([{"role": "user", "content": p}]) for p in prompts]
-    comps = self.backend.generate(ids, self.params, seed)
-    return [self.formatter.decode(c.token_ids.tolist()) for c in comps]
+    limit = None if self.max_context_tokens is None else self.max_context_tokens - self.params.max_new_tokens
+    send = [i for i, x in enumerate(ids) if limit is None or len(x) <= limit]
+    out = [""] * len(prompts)
+    if send:
+      comps = self.backend.generate([ids[i] for i in send], self.params, seed)
+      for i, c in zip(send, comps):
+        out[i] = self.formatter.decode(c.token_ids.tolist())
+    return out
 
 
 class LLMValidator:

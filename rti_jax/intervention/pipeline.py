@@ -145,6 +145,9 @@ def intervened_step(
   # Corrector: u~_k from the correction prompt (p_roll + validator feedback).
   p_roll = {i: live[i].context() for i in flagged}
   p_cal = {i: formatter.with_extra_user_message(p_roll[i], feedback_message(judgements[i])) for i in flagged}
+  too_long = [i for i in flagged if len(p_cal[i]) > rollout_config.max_prompt_tokens]
+  stats.corrections_over_context += len(too_long)  # no room for a correction: keep the draft
+  flagged = [i for i in flagged if i not in too_long]
   corrections = roles.corrector.correct(
     [ctxs[i] for i in flagged], [judgements[i] for i in flagged], [p_cal[i] for i in flagged], seed
   )

@@ -19,7 +19,8 @@ class InterventionStats:
   groups_total / groups_triggered: rollout groups, and those whose whole group failed.
   steps_total: steps of intervened rollouts; steps_flagged: flagged invalid by the Validator.
   corrections_generated: Corrector outputs that were usable (the rest: ``corrector_malformed``,
-    or ``corrections_unchanged`` when identical to the draft).
+    or ``corrections_unchanged`` when identical to the draft); ``corrections_over_context``:
+    flagged steps whose correction prompt left no room for a turn (draft kept).
   verifier_accepted / verifier_rejected: Verifier verdicts (``verifier_skipped`` when it is off).
   ppl_rejected: corrections the Verifier accepted but the PPL gate (Eq. 4) dropped.
   corrections_applied: corrections that replaced the draft (passed both checks).
@@ -36,6 +37,7 @@ class InterventionStats:
   steps_flagged: int = 0
   corrections_generated: int = 0
   corrections_unchanged: int = 0
+  corrections_over_context: int = 0
   verifier_accepted: int = 0
   verifier_rejected: int = 0
   verifier_skipped: int = 0
