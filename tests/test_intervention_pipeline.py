@@ -227,6 +227,6 @@ def test_correction_prompt_over_the_context_budget_keeps_the_draft(tok, fmt):
 
 def test_judge_prompt_over_budget_gets_the_conservative_default(tok):
   judge = ScriptedPolicy(tok, lambda p: '{"is_valid": false}', scripted_logp())
-  llm = JudgeLLM(judge, ChatFormatter(tok), SamplingParams(max_new_tokens=16, temperature=0.0), max_context_tokens=64)
+  llm = JudgeLLM(judge, ChatFormatter(tok), SamplingParams(max_new_tokens=32, temperature=0.0), max_context_tokens=80)
   assert llm.ask(["short", "x" * 500]) == ['{"is_valid": false}', ""]
   assert len(judge.calls) == 1
