@@ -205,3 +205,52 @@ def test_malformed_corrector_json_is_counted_and_the_draft_kept(tok):
   groups, new, stats, *_ = _pipeline(tok, JudgeScript(corrector_json="I would search again, I think."))
   assert stats.steps_flagged == 1 and stats.corrector_malformed == 1 and stats.corrections_applied == 0
   assert new[1] == groups[1]
+
+
+def test_make_roles_self_intervention_and_separate_endpoint(tok):
+  from rti_jax.generation.base import SamplingParams
+  from rti_jax.intervention import NavigationRuleValidator, NavigationRuleVerifier, PolicyCorrector, make_roles
+
+  fmt = ChatFormatter(tok, NAV_TOOLS)
+  policy = ScriptedPolicy(tok, JudgeScript(), scripted_logp())
+  sampling = SamplingParams(max_new_tokens=64)
+  rules = make_roles("rules", policy, fmt, sampling)
+  assert isinstance(rules.validator, NavigationRuleValidator) and isinstance(rules.verifier, NavigationRuleVerifier)
+  assert isinstance(rules.corrector, PolicyCorrector)
+  ctx = StepContext("q", (), "<tool_call>\n{\"name\": \"direction\", \"arguments\": {\"origin\": \"116.3971,39.9169\"}}\n</tool_call>",
+                    (), NAV_EVIDENCE, "navigation")
+  own = make_roles("llm", policy, fmt, sampling)  # self-intervention: the policy judges
+  assert not own.validator.validate([ctx])[0].is_valid
+  assert "trajectory supervisor" in policy.calls[-1] and "# Tools" not in policy.calls[-1]  # judge prompt has no tool block
+  judge = ScriptedPolicy(tok, JudgeScript(), scripted_logp())
+  n = len(policy.calls)
+  other = make_roles("llm", policy, fmt, sampling, judge=judge, judge_formatter=ChatFormatter(tok), corrector="llm")
+  assert not other.validator.validate([ctx])[0].is_valid and other.verifier.verify([ctx], ["x"])[0].ok
+  assert len(policy.calls) == n and len(judge.calls) == 2  # the separate endpoint did the judging
+  assert isinstance(other.corrector, LLMCorrector)
+  with pytest.raises(ValueError, match="kind"):
+    make_roles("oracle", policy, fmt, sampling)
+  with pytest.raises(ValueError, match="judge_formatter"):
+    make_roles("llm", policy, fmt, sampling, judge=judge)
+
+
+def test_table6_statistics():
+  from rti_jax.intervention import InterventionStats
+
+  s = InterventionStats(groups_total=10, groups_triggered=3, steps_total=20, steps_flagged=8, verifier_accepted=5,
+                        verifier_rejected=3, ppl_rejected=1, corrections_applied=4, accepted_ppl_sum=10.0,
+                        trajectories_intervened=3, trajectories_with_accepted=2, trajectories_success=1)
+  rows = {name: (c, d, r) for name, c, d, r in s.table()}
+  assert rows["groups with intervention triggered"] == (3, 10, 0.3)
+  assert rows["steps flagged invalid by the Validator"] == (8, 20, 0.4)
+  assert rows["corrections accepted by the Verifier"] == (5, 8, 5 / 8)
+  assert rows["corrections rejected by the Verifier"] == (3, 8, 3 / 8)
+  assert rows["corrections rejected by the PPL gate"] == (1, 5, 0.2)
+  assert rows["intervened trajectories with >= 1 accepted correction"] == (2, 3, 2 / 3)
+  assert rows["intervened trajectories that reached reward 1"] == (1, 3, 1 / 3)
+  assert s.mean_accepted_ppl == 2.5 and s.as_dict()["rti/mean_accepted_ppl"] == 2.5
+  m = s.merge(s)
+  assert m.groups_total == 20 and m.mean_accepted_ppl == 2.5
+  assert "62.50%" in s.format_table()
+  empty = InterventionStats()
+  assert all(np.isnan(r) for *_, r in empty.table()) and np.isnan(empty.mean_accepted_ppl)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -28,6 +29,7 @@ class FakeSGLang:
     self.fail_next = 0  # answer this many requests with HTTP 503 first
     self.malformed = False
     self.reload_ok = True
+    self.reload_fn = lambda path: os.path.isfile(os.path.join(path, "weights.npy"))
     self.hits: list[str] = []
     self.reloaded: list[str] = []
 
@@ -100,7 +102,7 @@ def _handler(state: FakeSGLang) -> type[BaseHTTPRequestHandler]:
         self._send(200, state.generate(body))
       elif self.path == "/update_weights_from_disk":
         path = body["model_path"]
-        ok = state.reload_ok and os.path.isfile(os.path.join(path, "weights.npy"))
+        ok = state.reload_ok and state.reload_fn(path)
         state.reloaded.append(path)
         self._send(200, {"success": ok, "message": "loaded" if ok else "no checkpoint"})
       else:
@@ -238,6 +240,30 @@ def test_http_backend_over_the_jax_backend():
     scored = client.score(prompts, [c.token_ids.tolist() for c in got])
     for s, c in zip(scored, got):
       np.testing.assert_allclose(s, c.logprobs, atol=1e-5)
+
+    # Weight sync: the client writes an HF checkpoint, the server reloads it from disk.
+    from models.weights import from_pretrained
+    from rti_jax.generation.jax_backend import qwen_save_fn
+
+    def reload(path):  # what a real server does: load the checkpoint it was pointed at
+      state.backend = JaxBackend(from_pretrained(path)[0], max_cache_len=64)
+      return True
+
+    state.reload_fn = reload
+    new_model = Qwen(cfg, rngs=nnx.Rngs(7))
+    reference = JaxBackend(new_model, max_cache_len=64)
+    with tempfile.TemporaryDirectory() as d:
+      sync_client = _client(client.base_url, weights_dir=d, save_fn=qwen_save_fn)
+      sync_client.sync_weights(new_model)
+      assert sorted(os.listdir(d)) == ["config.json", "model.safetensors"]
+    after = client.score(prompts, [c.token_ids.tolist() for c in got])
+    expected = reference.score(prompts, [c.token_ids.tolist() for c in got])
+    for a, e, before in zip(after, expected, scored):
+      np.testing.assert_allclose(a, e, atol=1e-5)
+      assert not np.allclose(a, before, atol=1e-3)
+    backend.sync_weights(new_model)  # in-process sync: same architecture, new parameters
+    for a, e in zip(backend.score(prompts, [c.token_ids.tolist() for c in got]), expected):
+      np.testing.assert_allclose(a, e, atol=1e-5)
   finally:
     httpd.shutdown()
     httpd.server_close()

@@ -25,6 +25,7 @@ from rti_jax.intervention.pipeline import (
   assemble_batch,
   group_all_failed,
   intervene_groups,
+  make_roles,
   run_intervened_rollouts,
 )
 from rti_jax.intervention.rules_navigation import NavigationRuleValidator, NavigationRuleVerifier
@@ -48,6 +49,7 @@ __all__ = [
   "assemble_batch",
   "group_all_failed",
   "intervene_groups",
+  "make_roles",
   "parse_corrector",
   "parse_json_object",
   "parse_validator",

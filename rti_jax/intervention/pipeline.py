@@ -80,6 +80,52 @@ class InterventionRoles:
   verifier: Verifier | None
 
 
+def make_roles(
+  kind: str,
+  policy: GenerationBackend,
+  policy_formatter: ChatFormatter,
+  sampling: Any,
+  *,
+  judge: GenerationBackend | None = None,
+  judge_formatter: ChatFormatter | None = None,
+  judge_sampling: Any = None,
+  judge_max_context_tokens: int | None = None,
+  corrector: str = "policy",
+) -> InterventionRoles:
+  """Builds the MAS roles.
+
+  kind: "rules" (rule-based Navigation Validator/Verifier, the default for a tiny policy)
+    or "llm" (App. A.1 prompts). For "llm" the judge is the policy itself
+    (self-intervention, the paper's default) unless ``judge`` / ``judge_formatter`` name
+    a separate endpoint (the stronger intervening model of Sec. 5.5).
+  corrector: "policy" (the policy samples u~_k from the correction prompt) or "llm"
+    (the judge writes the App. A.1 Corrector JSON).
+  sampling: the policy's ``SamplingParams`` for the PolicyCorrector.
+  """
+  from rti_jax.intervention.judges import JudgeLLM, LLMCorrector, LLMValidator, LLMVerifier, PolicyCorrector
+  from rti_jax.intervention.rules_navigation import NavigationRuleValidator, NavigationRuleVerifier
+
+  if kind not in ("rules", "llm"):
+    raise ValueError(f"kind: expected 'rules' or 'llm', got {kind!r}")
+  if corrector not in ("policy", "llm"):
+    raise ValueError(f"corrector: expected 'policy' or 'llm', got {corrector!r}")
+  if (judge is None) != (judge_formatter is None):
+    raise ValueError("judge / judge_formatter: expected both (a separate endpoint) or neither (self-intervention)")
+  llm = JudgeLLM(
+    judge if judge is not None else policy,
+    judge_formatter if judge_formatter is not None else ChatFormatter(policy_formatter.tokenizer,
+                                                                      end_of_turn=policy_formatter.end_of_turn),
+    judge_sampling,
+    judge_max_context_tokens,
+  )
+  corr: Corrector = (
+    PolicyCorrector(policy, sampling, policy_formatter.end_of_turn_id) if corrector == "policy" else LLMCorrector(llm)
+  )
+  if kind == "rules":
+    return InterventionRoles(NavigationRuleValidator(), corr, NavigationRuleVerifier())
+  return InterventionRoles(LLMValidator(llm), corr, LLMVerifier(llm))
+
+
 def group_all_failed(group: Sequence[Trajectory]) -> bool:
   """Algorithm 1 line 5, negated: every rollout of the group has reward <= 0."""
   return bool(group) and max(t.reward for t in group) <= 0.0
