@@ -175,20 +175,21 @@ def param_shardings(params: Any, mesh: Mesh, *,
   return jax.tree_util.tree_map_with_path(one, params, is_leaf=_is_var)
 
 
-def _opt_state_shardings(opt_state_shape: Any, params_shardings: Any, mesh: Mesh) -> Any:
-  """Optimizer-state leaves whose key path ends with a parameter's path (and has its shape)
-  get that parameter's sharding (Adam moments, ...); everything else is replicated."""
-  by_path: dict[tuple, Any] = {}
-  for path, sh in jax.tree_util.tree_leaves_with_path(params_shardings):
-    by_path[tuple(str(k) for k in path)] = sh
+def _opt_state_shardings(opt_state_shape: Any, params: Any, params_shardings: Any, mesh: Mesh) -> Any:
+  """Optimizer-state leaves whose key path ends with a parameter's path and that have its
+  shape get that parameter's sharding (Adam moments, ...); everything else is replicated."""
+  by_path: dict[tuple, tuple[tuple[int, ...], Any]] = {}
+  for (path, sh), p in zip(jax.tree_util.tree_leaves_with_path(params_shardings),
+                           jax.tree.leaves(params)):
+    by_path[tuple(str(k) for k in path)] = (tuple(np.shape(p)), sh)
   replicated = NamedSharding(mesh, PartitionSpec())
 
   def one(path: tuple, leaf: Any) -> Any:
     keys = tuple(str(k) for k in path)
     for n in range(len(keys), 0, -1):
-      sh = by_path.get(keys[-n:])
-      if sh is not None and len(sh.spec) <= len(getattr(leaf, "shape", ())):
-        return sh
+      hit = by_path.get(keys[-n:])
+      if hit is not None and hit[0] == tuple(getattr(leaf, "shape", ())):
+        return hit[1]
     return replicated
 
   return jax.tree_util.tree_map_with_path(one, opt_state_shape)
@@ -277,7 +278,7 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
   r_sh = jax.tree.map(lambda _: replicated, rest)
   params = jax.device_put(params, p_sh)
   rest = jax.device_put(rest, r_sh)
-  o_sh = _opt_state_shardings(jax.eval_shape(tx.init, params), p_sh, mesh)
+  o_sh = _opt_state_shardings(jax.eval_shape(tx.init, params), params, p_sh, mesh)
   opt_state = jax.jit(tx.init, out_shardings=o_sh)(params)
   state_sh = TrainState(p_sh, r_sh, o_sh)
   b_sh = batch_sharding(mesh, rules=rules)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from rti_jax import objectives as O
 
 jax.config.update("jax_enable_x64", False)
-SETTINGS = settings(max_examples=15, deadline=None)
+SETTINGS = settings(max_examples=12, deadline=None)
 
 # ---------------------------------------------------------------------------------------
 # independent numpy references (loops over the paper's sums)
