@@ -420,10 +420,11 @@ def simulate(problem: BanditProblem, update: UpdateConfig, num_iters: int, *, n_
 
 def loglog_slope(xs: Any, ys: Any) -> float:
   """Least-squares slope of ``log y`` against ``log x``."""
-  lx = np.log(np.asarray(xs, np.float64))
-  ly = np.log(np.asarray(ys, np.float64))
-  if lx.size < 2 or not np.all(np.isfinite(ly)):
-    raise ValueError(f"ys: expected >= 2 positive finite values, got {ys!r}")
+  x = np.asarray(xs, np.float64)
+  y = np.asarray(ys, np.float64)
+  if x.shape != y.shape or x.size < 2 or not (np.all(np.isfinite(y)) and np.all(y > 0) and np.all(x > 0)):
+    raise ValueError(f"ys: expected >= 2 positive finite values matching xs, got xs={xs!r}, ys={ys!r}")
+  lx, ly = np.log(x), np.log(y)
   return float(np.polyfit(lx, ly, 1)[0])
 
 
