@@ -551,13 +551,15 @@ def test_aepo_advantages_match_numpy() -> None:
   adv = np.array([1.0, -2.0], np.float32)
   vals = [0.5, 1.5, 2.5, 0.0]
   mu = sum(vals) / 4
-  sd = math.sqrt(sum((v - mu) ** 2 for v in vals) / 4)
+  sd = math.sqrt(sum((v - mu) ** 2 for v in vals) / 3)  # Bessel, as torch .std() in AEPO's code
   got = np.asarray(O.aepo_advantages(adv, ent, m, alpha=0.5))
   want = np.array([[adv[i] * (1 + 0.5 * (ent[i, j] - mu) / sd) if m[i, j] else 0.0 for j in range(3)]
                    for i in range(2)])
   np.testing.assert_allclose(got, want, rtol=1e-5)
   flat = np.asarray(O.aepo_advantages(adv, np.ones_like(ent), m))
   np.testing.assert_allclose(flat, np.where(m > 0, adv[:, None], 0.0))
+  one = np.asarray(O.aepo_advantages(adv, ent, np.array([[0, 1, 0], [0, 0, 0]], np.float32)))
+  np.testing.assert_array_equal(one, [[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])  # single token: z = 0, no NaN
 
 
 # ---------------------------------------------------------------------------------------

@@ -134,14 +134,16 @@ def opd_advantages(advantages: jax.Array, logp_student: jax.Array, logp_teacher:
 
 
 def aepo_advantages(advantages: jax.Array, entropy: jax.Array, mask: jax.Array, *,
-                    alpha: float = 0.3) -> jax.Array:
+                    alpha: float = 0.2) -> jax.Array:
   """Entropy-aware advantages: ``A_t = A * (1 + alpha * z(H_t))``, [B, T], stop-gradient.
 
-  advantages: [B] or [B, T]; entropy: [B, T] per-token entropy of the sampling policy;
-  mask: [B, T]. ``z(H_t)`` is the token entropy standardised over the masked tokens of the
-  batch (mean 0, population std 1; 0 when all entropies are equal), so high-uncertainty
-  tokens get a larger share of the outcome advantage. AEPO's text does not fix ``alpha`` or
-  the normalisation set; we standardise over the batch and default ``alpha = 0.3``.
+  advantages: [B] or [B, T]; entropy: [B, T] per-token policy entropy; mask: [B, T].
+  ``z(H_t) = (H_t - mean) / std`` with mean and Bessel-corrected std over the masked tokens
+  of the batch, so high-uncertainty tokens get a larger share of the outcome advantage.
+  ``alpha = 0.2`` and the Bessel std follow the AEPO authors' released verl code; where
+  that std is 0 or undefined (constant entropies, a single token) we set ``z = 0``.
+  AEPO uses the entropy of the policy being updated (detached); with one update per batch
+  that is the rollout entropy stored in ``RTIBatch.entropy``.
   """
   ent = C.check_float("entropy", entropy, (2,))
   shape = tuple(ent.shape)
@@ -149,11 +151,12 @@ def aepo_advantages(advantages: jax.Array, entropy: jax.Array, mask: jax.Array, 
   adv = C.check_advantages("advantages", advantages, shape)
   C.check_scalar("alpha", alpha, low=0.0)
   (ent,) = _masked_inputs(m, ent)
-  n = jnp.maximum(jnp.sum(m).astype(jnp.float32), 1.0)
-  mean = jnp.sum(ent) / n
-  var = jnp.sum(jnp.where(m, (ent - mean) ** 2, 0.0)) / n
+  n = jnp.sum(m).astype(jnp.float32)
+  mean = jnp.sum(ent) / jnp.maximum(n, 1.0)
+  var = jnp.sum(jnp.where(m, (ent - mean) ** 2, 0.0)) / jnp.maximum(n - 1.0, 1.0)
   std = jnp.sqrt(var)
-  z = jnp.where(std > 0, (ent - mean) / jnp.where(std > 0, std, 1.0), 0.0)
+  ok = (std > 0) & (n > 1)
+  z = jnp.where(ok, (ent - mean) / jnp.where(ok, std, 1.0), 0.0)
   return jax.lax.stop_gradient(jnp.where(m, adv * (1.0 + alpha * z), 0.0))
 
 
@@ -167,7 +170,8 @@ def aepo_token_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array,
   *upper* bound (A > 0, ratio > 1 + clip_high), which are mostly high-entropy exploratory
   tokens: instead of dropping their gradient, the term is ``(1 + clip_high) * ratio / sg(ratio) * A``
   (stop-gradient in the clipping term), so they keep a gradient of ``(1 + clip_high) A grad log pi``.
-  Lower-bound clipping (A < 0) is unchanged.
+  Lower-bound clipping (A < 0) is unchanged. This matches the authors' released verl code
+  (``clamp(ratio, 1 - eps_low, (1 + eps_high) / sg(ratio) * ratio)``).
   """
   logp = C.check_float("logp", logp, (2,))
   old_logp = C.check_float("old_logp", old_logp, (2,))
@@ -184,7 +188,7 @@ def aepo_token_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array,
 
 
 def aepo_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, loss_mask: jax.Array, *,
-              entropy: jax.Array | None = None, alpha: float = 0.3, clip_low: float = 0.2,
+              entropy: jax.Array | None = None, alpha: float = 0.2, clip_low: float = 0.2,
               clip_high: float = 0.2, agg: str = "token-mean",
               norm: float | None = None) -> jax.Array:
   """AEPO loss: entropy-aware advantages (when ``entropy`` [B, T] is given) and the

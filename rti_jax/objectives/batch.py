@@ -105,7 +105,7 @@ class LossConfig:
   gspo_clip_high: float = 4e-4
   luffy_gamma: float = 0.1
   opd_coef: float = 1.0
-  aepo_alpha: float = 0.3
+  aepo_alpha: float = 0.2
 
   def __post_init__(self) -> None:
     C.check_choice("LossConfig.name", self.name, tuple(LOSSES))
