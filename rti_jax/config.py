@@ -115,6 +115,7 @@ class TrainConfig:
   iterations: int = 20
   eval_every: int = 5
   eval_samples: int = 4
+  eval_tasks: int = 0  # periodic evaluation on the first N test tasks (0 = all); monitoring only
   seed: int = 0
   checkpoint_every: int = 5
   keep_checkpoints: int = 2

@@ -1,0 +1,435 @@
+"""The RTI trainer: Algorithm 1 end to end.
+
+One iteration reads top to bottom::
+
+    tasks      = the next ``tasks_per_iter`` train tasks (a seeded permutation per epoch)
+    groups     = rollout_groups(tasks)                      # stage 1: G on-policy episodes each
+    groups     = intervene_groups(groups)                   # stage 2: only all-fail groups (RTI)
+    batch      = assemble_batch(groups)                     # advantages (Eq. 1), masks, cached logps
+    state      = train_step(state, minibatch) x minibatches # jitted, mesh-sharded rti_loss (Eq. 7)
+    backend.sync_weights(policy)                            # the generator samples the new policy
+
+and every ``eval_every`` iterations the policy is evaluated on held-out tasks
+(Pass@k / Pass^k). Metrics go to ``metrics.jsonl`` (one record per iteration) and
+checkpoints to ``ckpt/`` (orbax), so a killed run resumes where it stopped.
+
+``method="grpo"`` is the same loop with intervention off; RTI's ablations are the
+``intervention`` switches of the config (Verifier off, gate off, reweighting off).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from tqdm.auto import tqdm
+
+from rti_jax import objectives, reporting
+from rti_jax.checkpoint import TrainCheckpointer
+from rti_jax.config import ExperimentConfig
+from rti_jax.envs.base import Environment
+from rti_jax.generation.base import GenerationBackend, SamplingParams
+from rti_jax.intervention import judges
+from rti_jax.intervention import pipeline
+from rti_jax.intervention.stats import InterventionStats
+from rti_jax.metrics import paper_summary
+from rti_jax.rollout import ChatFormatter, RolloutConfig, Trajectory, rollout_groups, turn_counts
+from rti_jax.sharding import ShardedTrainStep, TrainState, make_mesh, make_train_step
+
+#: Per-iteration metric keys that depend on wall-clock time (excluded when comparing runs).
+TIMING_KEYS = ("time/rollout_s", "time/intervention_s", "time/update_s", "time/iteration_s", "time/total_s",
+               "tokens_per_s", "time/eval_s")
+
+
+@dataclasses.dataclass
+class TaskSource:
+  """An environment's tasks and how to make its episodes (what the trainer needs of a benchmark).
+
+  train / test: task objects the env's ``reset`` accepts.
+  env_factory: a new ``Environment`` per episode.
+  task_id: a stable id of a task.
+  subsets: named boolean selectors for reporting, e.g. ``{"disambiguation": pred}``.
+  domain: the intervention prompt/rule domain ("navigation", "telecom", ...).
+  tool_schemas: schemas passed to the chat template (None when the env writes its own
+    system prompt with the tools, as Navigation does).
+  """
+
+  train: Sequence[Any]
+  test: Sequence[Any]
+  env_factory: Callable[[], Environment]
+  task_id: Callable[[Any], str]
+  subsets: dict[str, Callable[[Any], bool]]
+  domain: str
+  tool_schemas: list[dict[str, Any]] | None = None
+
+
+def navigation_source(cfg: ExperimentConfig) -> TaskSource:
+  """The offline Navigation benchmark as a ``TaskSource``."""
+  from rti_jax.envs import navigation
+
+  bench = navigation.load_benchmark(
+      cfg.env.setting, num_train=cfg.env.num_train, num_test=cfg.env.num_test, seed=cfg.env.seed,
+      max_turns=cfg.env.max_turns,
+  )
+  world = bench.world
+  return TaskSource(
+      train=bench.train,
+      test=bench.test,
+      env_factory=lambda: navigation.NavigationEnv(world),
+      task_id=lambda t: t.task_id,
+      subsets={"disambiguation": lambda t: bool(t.needs_disambiguation)},
+      domain="navigation",
+  )
+
+
+def task_source(cfg: ExperimentConfig) -> TaskSource:
+  if cfg.env.name == "navigation":
+    return navigation_source(cfg)
+  raise ValueError(f"env.name: expected one of ['navigation'] (telecom has no trainer source yet), got {cfg.env.name!r}")
+
+
+def seed_from_key(key: jax.Array) -> int:
+  """A non-negative int31 seed drawn from a JAX key (for host-side samplers)."""
+  return int(jax.random.randint(key, (), 0, 2**31 - 1))
+
+
+def resolve_mesh_shape(data: int, fsdp: int, tensor: int, num_devices: int) -> tuple[int, int, int]:
+  """Replaces the (at most one) -1 axis so that the product equals ``num_devices``."""
+  sizes = [data, fsdp, tensor]
+  known = math.prod(s for s in sizes if s != -1)
+  if -1 in sizes:
+    if num_devices % known:
+      raise ValueError(f"mesh: {num_devices} devices are not divisible by the fixed axes' product {known}")
+    sizes[sizes.index(-1)] = num_devices // known
+  if math.prod(sizes) != num_devices:
+    raise ValueError(f"mesh: data*fsdp*tensor must equal the {num_devices} devices, got {sizes}")
+  return tuple(sizes)  # type: ignore[return-value]
+
+
+def bucket_length(n: int, minimum: int = 128) -> int:
+  """Pads sequence lengths to a few shapes (powers of two and their 1.5x) so jit compiles rarely."""
+  size = minimum
+  while size < n:
+    size = size * 3 // 2 if (size & (size - 1)) == 0 else size * 4 // 3
+  return size
+
+
+class Trainer:
+  """Runs Algorithm 1 for one config (``grpo`` or ``rti`` and its ablations).
+
+  cfg: the experiment config. run_dir: where metrics, checkpoints and the exported policy go.
+  source: the tasks (default: from ``cfg.env``). progress: show tqdm bars.
+  """
+
+  def __init__(self, cfg: ExperimentConfig, run_dir: str | pathlib.Path, *, source: TaskSource | None = None,
+               progress: bool = True):
+    from models import from_pretrained
+    from rti_jax.generation.jax_backend import JaxBackend
+    from transformers import AutoTokenizer
+
+    self.cfg = cfg
+    self.run_dir = pathlib.Path(run_dir)
+    self.run_dir.mkdir(parents=True, exist_ok=True)
+    self.progress = progress
+    self.source = source or task_source(cfg)
+    dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[cfg.policy.dtype]
+    self.model, self.model_config = from_pretrained(cfg.policy.path, dtype=dtype)
+    self.tokenizer = AutoTokenizer.from_pretrained(cfg.policy.path)
+    self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
+    self.formatter = ChatFormatter(self.tokenizer, self.source.tool_schemas)
+    self.backend: GenerationBackend = JaxBackend(self.model, max_cache_len=cfg.rollout.max_context, pad_id=self.pad_id)
+    self.sampling = SamplingParams(
+        max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
+        top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
+    )
+    self.rollout_config = RolloutConfig(
+        group_size=cfg.rollout.group_size, sampling=self.sampling, max_context_tokens=cfg.rollout.max_context,
+    )
+    self.intervention_config = pipeline.InterventionConfig(
+        enabled=cfg.loss.method == "rti" and cfg.intervention.enabled,
+        verifier_enabled=cfg.intervention.verifier != "off",
+        ppl_delta=cfg.intervention.delta,
+        reweight=cfg.intervention.reweight,
+        num_intervened_rollouts=cfg.intervention.max_attempts,
+        domain=self.source.domain,
+    )
+    self.roles = self._build_roles()
+    # Mesh-sharded, jitted update of the configured loss (Eq. 2 / Eq. 7).
+    shape = resolve_mesh_shape(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, jax.device_count())
+    self.mesh = make_mesh(*shape)
+    self.loss_config = objectives.LossConfig(
+        name=cfg.loss.method, clip_low=cfg.loss.clip_low, clip_high=cfg.loss.clip_high,
+        dual_clip=cfg.loss.dual_clip, eps_cal=cfg.intervention.eps_cal, beta=cfg.loss.beta,
+        kl_kind=cfg.loss.kl_kind, agg=cfg.loss.aggregation,
+    )
+    self.tx = optax.chain(
+        optax.clip_by_global_norm(cfg.optim.max_grad_norm),
+        optax.adamw(cfg.optim.lr, b1=cfg.optim.b1, b2=cfg.optim.b2, weight_decay=cfg.optim.weight_decay),
+    )
+    self.train_step: ShardedTrainStep = make_train_step(self.model, self.tx, self.mesh, self.loss_config)
+    self.state: TrainState = self.train_step.state
+    self.ref_params = self.state.params if cfg.loss.beta > 0 else None
+    self._logp_fn = jax.jit(self._forward_logp)
+    self.checkpointer = TrainCheckpointer(self.run_dir / "ckpt", max_to_keep=cfg.train.keep_checkpoints)
+    self.key = jax.random.key(cfg.train.seed)
+    self.iteration = 0
+    self.order = self._permutation(0)
+    self.cursor = 0
+    self.epoch = 0
+    self.metrics_path = self.run_dir / "metrics.jsonl"
+    self.eval_path = self.run_dir / "eval.jsonl"
+
+  # --- set-up ------------------------------------------------------------------------------
+
+  def _build_roles(self) -> pipeline.InterventionRoles:
+    icfg = self.cfg.intervention
+    judge_backend: GenerationBackend = self.backend
+    if icfg.intervener_url:
+      from rti_jax.generation.sglang_http import SGLangHTTPBackend
+
+      judge_backend = SGLangHTTPBackend(icfg.intervener_url)
+    corrector = judges.PolicyCorrector(judge_backend, self.sampling, self.formatter.end_of_turn_id)
+    if icfg.validator == "llm" or icfg.verifier == "llm":
+      llm = judges.JudgeLLM(judge_backend, self.formatter)
+    if icfg.validator == "llm":
+      validator: Any = judges.LLMValidator(llm)
+    else:
+      validator = self._rule_roles()[0]
+    if icfg.verifier == "off":
+      verifier: Any = None
+    elif icfg.verifier == "llm":
+      verifier = judges.LLMVerifier(llm)
+    else:
+      verifier = self._rule_roles()[1]
+    return pipeline.InterventionRoles(validator=validator, corrector=corrector, verifier=verifier)
+
+  def _rule_roles(self) -> tuple[Any, Any]:
+    if self.source.domain == "navigation":
+      from rti_jax.intervention.rules_navigation import NavigationRuleValidator, NavigationRuleVerifier
+
+      return NavigationRuleValidator(), NavigationRuleVerifier()
+    raise ValueError(f"intervention.validator=rules: no rule-based roles for domain {self.source.domain!r}; use llm")
+
+  def _permutation(self, epoch: int) -> np.ndarray:
+    rng = np.random.default_rng([self.cfg.train.seed, epoch])
+    return rng.permutation(len(self.source.train))
+
+  def _forward_logp(self, params: Any, ids: jax.Array, mask: jax.Array) -> jax.Array:
+    net = nnx.merge(self.train_step.graphdef, params, self.state.rest)
+    return objectives.next_token_logprobs(net(ids, mask), ids)
+
+  # --- data ----------------------------------------------------------------------------------
+
+  def next_tasks(self) -> list[Any]:
+    """The next ``tasks_per_iter`` train tasks; a new seeded permutation each epoch."""
+    out = []
+    n = self.cfg.rollout.tasks_per_iter
+    while len(out) < n:
+      if self.cursor >= len(self.order):
+        self.epoch += 1
+        self.order = self._permutation(self.epoch)
+        self.cursor = 0
+      out.append(self.source.train[int(self.order[self.cursor])])
+      self.cursor += 1
+    return out
+
+  # --- one iteration -------------------------------------------------------------------------
+
+  def policy(self) -> nnx.Module:
+    """The current policy as an NNX module."""
+    return self.train_step.merge(self.state)
+
+  def iterate(self) -> dict[str, Any]:
+    """One iteration of Algorithm 1; returns its metrics record."""
+    t0 = time.perf_counter()
+    self.key, k_roll, k_int = jax.random.split(self.key, 3)
+    tasks = self.next_tasks()
+    src = self.source
+    groups = rollout_groups(tasks, src.env_factory, self.backend, self.formatter, self.rollout_config,
+                            task_id=src.task_id, seed=seed_from_key(k_roll))
+    t_roll = time.perf_counter()
+    rewards_before = np.asarray([[t.reward for t in g] for g in groups], np.float32)
+    groups, istats = pipeline.intervene_groups(
+        groups, tasks, src.env_factory, self.backend, self.formatter, self.roles, self.intervention_config,
+        self.rollout_config, task_id=src.task_id, seed=seed_from_key(k_int),
+    )
+    t_int = time.perf_counter()
+    rewards_after = np.asarray([[t.reward for t in g] for g in groups], np.float32)
+    update_metrics = self.update(groups)
+    self.backend.sync_weights(self.policy())
+    t_end = time.perf_counter()
+    self.iteration += 1
+    num_tokens = sum(len(t.token_ids) for g in groups for t in g)
+    turns = turn_counts(groups)
+    record: dict[str, Any] = {
+        "iteration": self.iteration,
+        "reward_mean": float(rewards_before.mean()),
+        "reward_mean_after_intervention": float(rewards_after.mean()),
+        "all_fail_group_frac": float(np.mean(rewards_before.max(axis=1) <= 0)),
+        "all_fail_group_frac_after": float(np.mean(rewards_after.max(axis=1) <= 0)),
+        "turns_mean": float(turns.mean()),
+        "turn_hist": np.bincount(turns, minlength=self.cfg.env.max_turns + 1).tolist(),
+        "truncated_frac": float(np.mean([t.truncated for g in groups for t in g])),
+        "length_cut_turns": int(sum(t.info.get("length_cut_turns", 0) for g in groups for t in g)),
+        "tokens": num_tokens,
+        "time/rollout_s": t_roll - t0,
+        "time/intervention_s": t_int - t_roll,
+        "time/update_s": t_end - t_int,
+        "time/iteration_s": t_end - t0,
+        "tokens_per_s": num_tokens / max(t_end - t0, 1e-9),
+    }
+    record.update(istats.as_dict())
+    record.update(update_metrics)
+    return record
+
+  def update(self, groups: Sequence[Sequence[Trajectory]]) -> dict[str, float]:
+    """Advantages, then ``minibatches`` jitted steps of the configured loss over the groups."""
+    longest = max(len(t.token_ids) for grp in groups for t in grp)
+    max_len = bucket_length(min(longest, self.cfg.rollout.max_context))
+    m = self.cfg.optim.minibatches
+    if len(groups) % m:
+      raise ValueError(f"optim.minibatches: expected a divisor of rollout.tasks_per_iter={len(groups)}, got {m}")
+    per = len(groups) // m
+    sums: dict[str, float] = {}
+    for j in range(m):
+      batch = pipeline.assemble_batch(
+          groups[j * per:(j + 1) * per], pad_id=self.pad_id, reweight=self.cfg.intervention.reweight,
+          max_len=max_len, advantage_std=self.cfg.loss.adv_std,
+      )
+      # Every row padded to the same bucketed length -> a few compiled shapes at most.
+      batch = _pad_batch(batch, max_len)
+      if self.ref_params is not None:
+        batch = dataclasses.replace(batch, ref_logp=self._logp_fn(self.ref_params, batch.input_ids,
+                                                                  batch.attention_mask))
+      batch = self.train_step.shard_batch(batch)
+      self.state, out = self.train_step.step(self.state, batch)
+      grad_norm = optax.global_norm(out.grads)
+      vals = {"loss": out.loss, "grad_norm": grad_norm, **out.metrics}
+      for k, v in vals.items():
+        sums[k] = sums.get(k, 0.0) + float(v) / m
+    return sums
+
+  # --- evaluation ----------------------------------------------------------------------------
+
+  def evaluate(self, tasks: Sequence[Any], samples: int, seed: int, desc: str = "eval") -> dict[str, Any]:
+    """Pass@k / Pass^k (paper Sec. 5.1) on ``tasks`` with ``samples`` rollouts each, overall and per subset."""
+    cfg = dataclasses.replace(self.rollout_config, group_size=samples)
+    chunk = max(1, self.cfg.rollout.tasks_per_iter * self.cfg.rollout.group_size // samples)
+    successes = np.zeros((len(tasks), samples), np.float32)
+    bar = tqdm(total=len(tasks), desc=desc, disable=not self.progress, leave=False)
+    for start in range(0, len(tasks), chunk):
+      part = list(tasks[start:start + chunk])
+      groups = rollout_groups(part, self.source.env_factory, self.backend, self.formatter, cfg,
+                              task_id=self.source.task_id, seed=seed + start)
+      successes[start:start + len(part)] = [[float(t.reward >= 1.0) for t in g] for g in groups]
+      bar.update(len(part))
+    bar.close()
+    ks = tuple(k for k in (1, 2, 3, 4) if k <= samples)
+    out: dict[str, Any] = {"all": paper_summary(successes, ks), "num_tasks": len(tasks)}
+    for name, pred in self.source.subsets.items():
+      sel = np.asarray([pred(t) for t in tasks], bool)
+      if sel.any():
+        out[name] = paper_summary(successes[sel], ks)
+        out[f"num_{name}"] = int(sel.sum())
+      if (~sel).any():
+        out[f"not_{name}"] = paper_summary(successes[~sel], ks)
+    out["successes"] = successes.astype(int).tolist()
+    return out
+
+  # --- the loop ------------------------------------------------------------------------------
+
+  def _meta(self) -> dict[str, Any]:
+    return {"iteration": self.iteration, "epoch": self.epoch, "cursor": self.cursor, "order": self.order.tolist()}
+
+  def save(self) -> None:
+    self.checkpointer.save(self.iteration, self.state, self.key, self._meta())
+
+  def maybe_resume(self) -> bool:
+    """Restores the latest checkpoint of this run dir, if any; True when it did."""
+    restored = self.checkpointer.restore(self.state)
+    if restored is None:
+      return False
+    self.state = restored.state
+    self.key = restored.key
+    meta = restored.meta
+    self.iteration = int(meta["iteration"])
+    self.epoch = int(meta["epoch"])
+    self.cursor = int(meta["cursor"])
+    self.order = np.asarray(meta["order"], np.int64)
+    self.backend.sync_weights(self.policy())
+    _truncate_jsonl(self.metrics_path, self.iteration)
+    _truncate_jsonl(self.eval_path, self.iteration)
+    return True
+
+  def train(self, *, eval_tasks: Sequence[Any] | None = None, stop_after: int | None = None) -> list[dict[str, Any]]:
+    """Runs (or resumes) the configured iterations; returns all metric records of the run.
+
+    eval_tasks: evaluated every ``eval_every`` iterations (default: none; the test split is
+      evaluated by the experiment after training, never used to pick anything).
+    stop_after: stop after this many iterations of this call (to simulate a killed run in tests).
+    """
+    tc = self.cfg.train
+    self.maybe_resume()
+    start = self.iteration
+    bar = tqdm(total=tc.iterations, initial=start, desc=f"{self.cfg.name}:{self.cfg.loss.method}",
+               disable=not self.progress)
+    t_start = time.perf_counter()
+    while self.iteration < tc.iterations:
+      if stop_after is not None and self.iteration - start >= stop_after:
+        break
+      record = self.iterate()
+      record["time/total_s"] = time.perf_counter() - t_start
+      if eval_tasks is not None and (self.iteration % tc.eval_every == 0 or self.iteration == tc.iterations):
+        t0 = time.perf_counter()
+        ev = self.evaluate(eval_tasks, tc.eval_samples, seed=tc.seed + 7919 * self.iteration, desc="eval")
+        ev.pop("successes", None)
+        record["eval"] = ev
+        record["time/eval_s"] = time.perf_counter() - t0
+      reporting.append_jsonl(self.metrics_path, record)
+      if self.iteration % tc.checkpoint_every == 0 or self.iteration == tc.iterations:
+        self.save()
+      bar.update(1)
+      bar.set_postfix(reward=f"{record['reward_mean']:.2f}", allfail=f"{record['all_fail_group_frac']:.2f}",
+                      fixed=record.get("rti/groups_replaced", 0))
+    bar.close()
+    return reporting.read_jsonl(self.metrics_path) if self.metrics_path.exists() else []
+
+  def export(self, path: str | pathlib.Path) -> None:
+    """Writes the current policy as an HF checkpoint (with the tokenizer) for transformers / SGLang / vLLM."""
+    from models import save_pretrained
+
+    save_pretrained(self.policy(), self.model_config, str(path))
+    self.tokenizer.save_pretrained(str(path))
+
+
+def _pad_batch(batch: objectives.RTIBatch, length: int) -> objectives.RTIBatch:
+  """Right-pads every [B, T] field of ``batch`` to ``length`` (padding is masked out)."""
+  t = batch.input_ids.shape[1]
+  if t == length:
+    return batch
+  if t > length:
+    raise ValueError(f"batch: length {t} exceeds the bucket {length}")
+
+  def pad(x: Any) -> Any:
+    if x is None or x.ndim != 2:
+      return x
+    return jnp.pad(x, ((0, 0), (0, length - t)))
+
+  return objectives.RTIBatch(**{f.name: pad(getattr(batch, f.name)) for f in dataclasses.fields(batch)})
+
+
+def _truncate_jsonl(path: pathlib.Path, iteration: int) -> None:
+  """Drops records written after the checkpoint we resume from (they will be recomputed)."""
+  if not path.exists():
+    return
+  keep = [r for r in reporting.read_jsonl(path) if int(r.get("iteration", 0)) <= iteration]
+  path.write_text("".join(json.dumps(reporting.to_jsonable(r), sort_keys=True) + "\n" for r in keep))
