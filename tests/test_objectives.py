@@ -519,6 +519,16 @@ def test_luffy_matches_numpy_value_and_gradient() -> None:
   np.testing.assert_allclose(np.asarray(grad), want_grad, rtol=1e-4, atol=1e-8)
 
 
+def test_luffy_without_on_policy_clip_is_plain_ratio_times_advantage() -> None:
+  lp, old, adv, mask = rand_inputs(24, spread=0.8)
+  off = np.zeros_like(mask)
+  got = np.asarray(O.luffy_token_loss(lp, old, adv, mask, off, on_policy_clip=False))
+  want = np.where(mask > 0, -adv[:, None] * np.exp(lp.astype(np.float64) - old), 0.0)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+  clipped = np.asarray(O.luffy_token_loss(lp, old, adv, mask, off))
+  assert np.any(np.abs(clipped - got) > 1e-3)  # the spread makes some tokens clip
+
+
 def test_opd_advantages_match_numpy() -> None:
   rng = np.random.default_rng(23)
   stu = (rng.normal(size=(3, 4)) - 2).astype(np.float32)

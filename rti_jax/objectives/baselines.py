@@ -66,14 +66,17 @@ def gspo_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, loss_
 
 def luffy_token_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array,
                      loss_mask: jax.Array, off_policy_mask: jax.Array, *, gamma: float = 0.1,
-                     clip_low: float = 0.2, clip_high: float = 0.2) -> jax.Array:
+                     clip_low: float = 0.2, clip_high: float = 0.2,
+                     on_policy_clip: bool = True) -> jax.Array:
   """LUFFY integrand (negated), [B, T].
 
   off_policy_mask: [B, T], non-zero on tokens of teacher trajectories. LUFFY's off-policy
   importance ratio is ``pi_theta / pi_teacher`` with ``pi_teacher`` taken as 1 (teacher
   probabilities are not available), shaped by ``f(p) = p / (p + gamma)`` and *not*
   clipped: ``loss = -f(pi_theta(y_t)) A``. On-policy tokens use the usual clipped surrogate
-  against ``old_logp``. Advantages are computed over the mixed group beforehand (Eq. 1).
+  against ``old_logp`` (``on_policy_clip=False`` gives the unclipped ``-ratio A`` that
+  LUFFY's released training scripts use). Advantages are computed over the mixed group
+  beforehand (Eq. 1; LUFFY's scripts use ``std="none"``).
   """
   logp = C.check_float("logp", logp, (2,))
   shape = tuple(logp.shape)
@@ -81,8 +84,14 @@ def luffy_token_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array
   off = C.check_mask("off_policy_mask", off_policy_mask, shape)
   C.check_scalar("gamma", gamma, low=0.0, low_open=True)
   adv = C.check_advantages("advantages", advantages, shape)
-  on_loss = grpo_token_loss(logp, old_logp, advantages, loss_mask, clip_low=clip_low,
-                            clip_high=clip_high)
+  if on_policy_clip:
+    on_loss = grpo_token_loss(logp, old_logp, advantages, loss_mask, clip_low=clip_low,
+                              clip_high=clip_high)
+  else:
+    old = C.check_float("old_logp", old_logp, (2,))
+    C.check_same_shape("old_logp", old, "logp", logp)
+    lp_m, old_m = _masked_inputs(mask, logp, old)
+    on_loss = -adv * jnp.exp(jnp.clip(lp_m - old_m, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
   (logp,) = _masked_inputs(mask, logp)
   p = jnp.exp(logp)
   off_loss = -adv * (p / (p + gamma))
@@ -91,14 +100,17 @@ def luffy_token_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array
 
 def luffy_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, loss_mask: jax.Array,
                off_policy_mask: jax.Array, *, gamma: float = 0.1, clip_low: float = 0.2,
-               clip_high: float = 0.2, agg: str = "token-mean",
+               clip_high: float = 0.2, on_policy_clip: bool = True, agg: str = "token-mean",
                norm: float | None = None) -> jax.Array:
-  """LUFFY loss; token-mean aggregation over on- and off-policy tokens, as in LUFFY's objective.
+  """LUFFY loss; token-mean aggregation over on- and off-policy tokens (LUFFY's ``1/Z``).
 
+  LUFFY's released scripts instead divide the token sum by the padded length (Dr. GRPO);
+  ``agg="seq-mean-token-sum-norm"`` is that up to the constant number of rows.
   Shapes as ``luffy_token_loss``. Returns a scalar.
   """
   per_token = luffy_token_loss(logp, old_logp, advantages, loss_mask, off_policy_mask,
-                               gamma=gamma, clip_low=clip_low, clip_high=clip_high)
+                               gamma=gamma, clip_low=clip_low, clip_high=clip_high,
+                               on_policy_clip=on_policy_clip)
   return aggregate(per_token, loss_mask, agg, norm=norm)
 
 

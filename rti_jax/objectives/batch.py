@@ -104,6 +104,7 @@ class LossConfig:
   gspo_clip_low: float = 3e-4
   gspo_clip_high: float = 4e-4
   luffy_gamma: float = 0.1
+  luffy_on_policy_clip: bool = True
   opd_coef: float = 1.0
   aepo_alpha: float = 0.2
 
@@ -197,7 +198,7 @@ def _luffy(logp: jax.Array, batch: RTIBatch, cfg: LossConfig) -> LossParts:
   off = batch.intervened_mask if batch.intervened_mask is not None else jnp.zeros(batch.shape, bool)
   per_token = BL.luffy_token_loss(logp, batch.old_logp, batch.advantages, batch.loss_mask, off,
                                   gamma=cfg.luffy_gamma, clip_low=cfg.clip_low,
-                                  clip_high=cfg.clip_high)
+                                  clip_high=cfg.clip_high, on_policy_clip=cfg.luffy_on_policy_clip)
   return _parts(per_token, batch, cfg, "token-mean", _common_metrics(logp, batch, cfg))
 
 
