@@ -75,9 +75,11 @@ class ChatFormatter:
     self.generation_prompt_ids = base_open[len(base_closed) :]
     if self.end_of_turn_id not in base_closed:
       raise ValueError(f"end_of_turn: {end_of_turn!r} does not appear in the rendered chat template")
-    self._base_closed = base_closed
-    #: index just after the base assistant turn's end-of-turn token
-    self._after_eot = len(base_closed) - base_closed[::-1].index(self.end_of_turn_id)
+    #: end-of-turn tokens up to and including the base assistant turn's
+    self._base_eots = base_closed.count(self.end_of_turn_id)
+    after = self._after_base(base_closed)
+    #: what the template writes after a closed turn's end-of-turn token (e.g. "\n")
+    self._turn_tail = base_closed[after:]
 
   @property
   def stop_token_ids(self) -> tuple[int, ...]:
@@ -100,21 +102,31 @@ class ChatFormatter:
     """The initial prompt (system + tools + user), ending with the generation prompt."""
     return self._render(messages, add_generation_prompt=True)
 
+  def _after_base(self, ids: Sequence[int]) -> int:
+    """Index just after the base assistant turn's end-of-turn token in a rendering of
+    ``_BASE + more``. Found by counting end-of-turn tokens, so templates that render
+    the base turn differently once it is no longer last (Qwen3 drops an empty think
+    block) still split at the right place."""
+    seen = 0
+    for i, t in enumerate(ids):
+      if t == self.end_of_turn_id:
+        seen += 1
+        if seen == self._base_eots:
+          return i + 1
+    raise ValueError(f"tokenizer: rendered template has fewer than {self._base_eots} end-of-turn tokens")
+
   def continuation_ids(self, new_messages: Sequence[Message]) -> list[int]:
     """Ids that follow an assistant turn's end-of-turn token: ``new_messages`` then the generation prompt."""
     full = self._render(_BASE + list(new_messages), add_generation_prompt=True)
-    cut = self._after_eot
-    if full[:cut] != self._base_closed[:cut]:
-      raise ValueError("tokenizer: chat template re-renders earlier turns differently; cannot append messages")
-    return full[cut:]
+    return full[self._after_base(full) :]
 
   def message_block_ids(self, new_messages: Sequence[Message]) -> list[int]:
     """Ids of complete message blocks (after a closed turn), then the generation prompt."""
-    full = self._render(_BASE + list(new_messages), add_generation_prompt=True)
-    n = len(self._base_closed)
-    if full[:n] != self._base_closed:
-      raise ValueError("tokenizer: chat template re-renders earlier turns differently; cannot append messages")
-    return full[n:]
+    cont = self.continuation_ids(new_messages)
+    n = len(self._turn_tail)
+    if cont[:n] != self._turn_tail:
+      raise ValueError("tokenizer: chat template separates turns inconsistently; cannot insert a message")
+    return cont[n:]
 
   def with_extra_user_message(self, context_ids: Sequence[int], text: str) -> list[int]:
     """``context_ids`` (ending with the generation prompt) with a user message inserted before it.

@@ -178,3 +178,39 @@ def test_jax_backend_end_to_end_batch_matches_model_logprobs(tok):
   np.testing.assert_allclose(np.asarray(logp)[lm], np.asarray(batch.old_logp)[lm], atol=2e-4)
   loss, metrics = loss_from_batch(logp, batch, LossConfig(name="rti"))
   assert np.isfinite(float(loss)) and float(metrics["clip_frac"]) == 0.0
+
+
+# A template that, like Qwen3's, renders the last assistant turn with an (empty) think block but
+# earlier reasoning-free turns without one, so earlier turns re-render differently as messages grow.
+THINK_LAST_TEMPLATE = r"""
+{%- for m in messages -%}
+{%- if m.role == 'assistant' and loop.last and '</think>' not in m.content -%}
+{{- '<|im_start|>assistant\n<think>\n\n</think>\n\n' + m.content + '<|im_end|>\n' -}}
+{%- elif m.role == 'tool' -%}
+{%- if messages[loop.index0 - 1].role != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}
+{{- '\n<tool_response>\n' + m.content + '\n</tool_response>' -}}
+{%- if loop.last or messages[loop.index0 + 1].role != 'tool' -%}{{- '<|im_end|>\n' -}}{%- endif -%}
+{%- else -%}
+{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}
+"""
+
+
+def test_formatter_handles_templates_that_rerender_earlier_turns():
+  tok = byte_tokenizer()
+  tok.chat_template = THINK_LAST_TEMPLATE
+  fmt = ChatFormatter(tok)
+  cont = fmt.continuation_ids([{"role": "tool", "content": "A"}])
+  assert tok.decode(cont) == "\n<|im_start|>user\n<tool_response>\nA\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+  block = fmt.message_block_ids([{"role": "user", "content": "F"}])
+  assert tok.decode(block) == "<|im_start|>user\nF<|im_end|>\n<|im_start|>assistant\n"
+  policy = ScriptedPolicy(tok, MiniNavScript(), scripted_logp())
+  groups = rollout_groups(mini_nav_tasks(), MiniNavEnv, policy, fmt, RolloutConfig(group_size=1),
+                          task_id=lambda t: t.task_id)
+  assert [g[0].reward for g in groups] == [1.0, 0.0]
+  traj = groups[0][0]
+  for turn in traj.turns:  # every turn was generated right after the generation prompt
+    g = fmt.generation_prompt_ids
+    assert traj.token_ids[turn.start - len(g) : turn.start] == g
