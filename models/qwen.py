@@ -24,7 +24,7 @@ _MASK_VALUE = -1e30  # finite, so a fully masked (padding) query row stays NaN-f
 
 
 class LayerCache(NamedTuple):
-  """One layer's keys and values. k, v: [B, S, num_kv_heads, head_dim]."""
+  """One layer's keys and values. k, v: [B, num_kv_heads, S, head_dim]."""
 
   k: jax.Array
   v: jax.Array
@@ -97,19 +97,23 @@ class Attention(nnx.Module):
     if self.qk_norm:
       q, k = self.q_norm(q), self.k_norm(k)
     q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
+    # Heads-major layout [B, N, T, D], so both attention matmuls batch over (B, kv head)
+    # without transposing the cache.
+    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
     new_cache = None
     if cache is not None:
-      start = (0, cache_index, 0, 0)
+      start = (0, 0, cache_index, 0)
       k = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), start)
       v = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), start)
       new_cache = LayerCache(k, v)
     groups = self.num_heads // self.num_kv_heads
-    q = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim)
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
+    q = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim).transpose(0, 2, 3, 1, 4)
+    scores = jnp.einsum("bkgtd,bksd->bkgts", q, k, preferred_element_type=jnp.float32)
     scores = scores * (self.head_dim ** -0.5)
     scores = jnp.where(mask[:, None, None, :, :], scores, _MASK_VALUE)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, self.num_heads * self.head_dim)
+    out = jnp.einsum("bkgts,bksd->bkgtd", probs, v)  # [B, Kv, G, T, D]
+    out = out.transpose(0, 3, 1, 2, 4).reshape(b, t, self.num_heads * self.head_dim)
     return self.o_proj(out), new_cache
 
 
@@ -210,8 +214,8 @@ class Qwen(nnx.Module):
     return jnp.einsum("...e,ev->...v", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
 
   def init_cache(self, batch: int, length: int, dtype: jnp.dtype | None = None) -> list[LayerCache]:
-    """An empty KV cache: per layer k, v zeros [batch, length, num_kv_heads, head_dim]."""
+    """An empty KV cache: per layer k, v zeros [batch, num_kv_heads, length, head_dim]."""
     c = self.config
     dt = dtype or self.dtype
-    shape = (batch, length, c.num_kv_heads, c.head_dim)
+    shape = (batch, c.num_kv_heads, length, c.head_dim)
     return [LayerCache(jnp.zeros(shape, dt), jnp.zeros(shape, dt)) for _ in range(c.num_layers)]
