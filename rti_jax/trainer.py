@@ -312,7 +312,7 @@ class Trainer:
                                                                   batch.attention_mask))
       batch = self.train_step.shard_batch(batch)
       self.state, out = self.train_step.step(self.state, batch)
-      grad_norm = optax.global_norm(out.grads)
+      grad_norm = optax.tree.norm(out.grads)
       vals = {"loss": out.loss, "grad_norm": grad_norm, **out.metrics}
       for k, v in vals.items():
         sums[k] = sums.get(k, 0.0) + float(v) / m
