@@ -31,7 +31,7 @@ import optax
 from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from rti_jax.objectives import LossConfig, RTIBatch, loss_from_batch, next_token_logprobs
+from rti_jax.objectives import LossConfig, RTIBatch, get_loss, next_token_logprobs
 
 MESH_AXES: tuple[str, str, str] = ("data", "fsdp", "tensor")
 
@@ -237,6 +237,7 @@ class ShardedTrainStep:
   state_shardings: TrainState
   batch_sharding: NamedSharding
   fallbacks: tuple[str, ...]
+  micro_batches: int = 1
 
   def merge(self, state: TrainState) -> nnx.Module:
     """The NNX model holding ``state``'s parameters."""
@@ -247,9 +248,9 @@ class ShardedTrainStep:
     batch.check()
     b = batch.shape[0]
     n = _axes_size(self.mesh, self.batch_sharding.spec[0] if self.batch_sharding.spec else None)
-    if b % n != 0:
+    if b % (n * self.micro_batches) != 0:
       raise ValueError(f"batch.input_ids: expected a batch size divisible by the data-parallel "
-                       f"degree {n}, got B={b}")
+                       f"degree {n} x micro_batches {self.micro_batches}, got B={b}")
     return jax.device_put(batch, self.batch_sharding)
 
 
@@ -259,18 +260,24 @@ LogpFn = Callable[[jax.Array, jax.Array], jax.Array]
 def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: Mesh,
                     loss_cfg: LossConfig, *, logp_fn: LogpFn = next_token_logprobs,
                     rules: Mapping[str, tuple[str, ...] | None] = LOGICAL_AXIS_RULES,
-                    donate: bool = False) -> ShardedTrainStep:
+                    micro_batches: int = 1, donate: bool = False) -> ShardedTrainStep:
   """Builds the sharded train step for any NNX model with ``logits = model(input_ids, attention_mask)``.
 
   model: an NNX module returning logits [B, T, V]; tx: optax transformation; mesh: from
   ``make_mesh``; loss_cfg: which registered loss and its settings; logp_fn(logits [B, T, V],
   input_ids [B, T]) -> logp [B, T] aligned with ``input_ids`` (default ``next_token_logprobs``).
-  donate: donate the input state buffers to the step (saves memory; the old state is invalid).
+  micro_batches: k > 1 runs the forward/backward on k micro-batches of B/k rows (rows
+  ``j, j+k, j+2k, ...`` form micro-batch j, so each device keeps its rows) in a ``lax.scan``
+  and sums the loss numerators, denominators and numerator gradients; the loss and gradients
+  then equal the full-batch ones exactly (up to float summation order). Metrics are the mean
+  over micro-batches. donate: donate the input state buffers to the step.
   Parameters and optimizer moments are sharded by ``param_shardings``; the batch dimension by
   the ``"batch"`` rule; loss and metrics are replicated.
   """
   if not isinstance(loss_cfg, LossConfig):
     raise ValueError(f"loss_cfg: expected a LossConfig, got {type(loss_cfg).__name__}")
+  if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
+    raise ValueError(f"micro_batches: expected a positive int, got {micro_batches!r}")
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)
   fallbacks: list[str] = []
   p_sh = param_shardings(params, mesh, rules=rules, fallbacks=fallbacks)
@@ -284,19 +291,44 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
   b_sh = batch_sharding(mesh, rules=rules)
   logits_sh = NamedSharding(mesh, logical_to_spec(("batch", "seq", "act_vocab"), mesh=mesh,
                                                   rules=rules))
+  parts_of = get_loss(loss_cfg.name)
+  k = micro_batches
+
+  def numerator(p: Any, rest_state: Any, batch: RTIBatch) -> tuple[jax.Array, tuple[jax.Array, dict]]:
+    """Loss numerator (differentiated), with the denominator and metrics as aux."""
+    batch.check()
+    net = nnx.merge(graphdef, p, rest_state)
+    logits = net(batch.input_ids, batch.attention_mask)
+    if logits.ndim != 3 or tuple(logits.shape[:2]) != tuple(batch.input_ids.shape):
+      raise ValueError(f"model(input_ids, attention_mask): expected logits [B, T, V] with "
+                       f"[B, T]={tuple(batch.input_ids.shape)}, got {tuple(logits.shape)}")
+    if logits.shape[-1] % _axes_size(mesh, logits_sh.spec[-1]) == 0:
+      logits = jax.lax.with_sharding_constraint(logits, logits_sh)
+    parts = parts_of(logp_fn(logits, batch.input_ids), batch, loss_cfg)
+    return parts.numerator, (parts.denominator, parts.metrics)
+
+  grad_num = jax.value_and_grad(numerator, has_aux=True)
 
   def step(state: TrainState, batch: RTIBatch) -> tuple[TrainState, StepOutput]:
-    def loss_fn(p: Any) -> tuple[jax.Array, dict]:
-      net = nnx.merge(graphdef, p, state.rest)
-      logits = net(batch.input_ids, batch.attention_mask)
-      if logits.ndim != 3 or tuple(logits.shape[:2]) != tuple(batch.input_ids.shape):
-        raise ValueError(f"model(input_ids, attention_mask): expected logits [B, T, V] with "
-                         f"[B, T]={tuple(batch.input_ids.shape)}, got {tuple(logits.shape)}")
-      if logits.shape[-1] % _axes_size(mesh, logits_sh.spec[-1]) == 0:
-        logits = jax.lax.with_sharding_constraint(logits, logits_sh)
-      return loss_from_batch(logp_fn(logits, batch.input_ids), batch, loss_cfg)
+    if k == 1:
+      (num, (den, metrics)), g = grad_num(state.params, state.rest, batch)
+    else:
+      b = batch.shape[0]
+      if b % k != 0:
+        raise ValueError(f"batch.input_ids: expected a batch size divisible by micro_batches={k}, got B={b}")
+      split = jax.tree.map(lambda x: jnp.swapaxes(x.reshape(b // k, k, *x.shape[1:]), 0, 1), batch)
 
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+      def body(carry, mb):
+        g_acc, num_acc, den_acc = carry
+        (num, (den, m)), g = grad_num(state.params, state.rest, mb)
+        return (jax.tree.map(jnp.add, g_acc, g), num_acc + num, den_acc + den), m
+
+      zeros = jax.tree.map(jnp.zeros_like, state.params)
+      (g, num, den), ms = jax.lax.scan(body, (zeros, jnp.float32(0), jnp.float32(0)), split)
+      metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), ms)
+    scale = 1.0 / jnp.maximum(den, 1.0)
+    loss = num * scale
+    grads = jax.tree.map(lambda x: x * scale, g)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     return TrainState(params, state.rest, opt_state), StepOutput(loss, grads, metrics)
@@ -306,4 +338,4 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
                    donate_argnums=(0,) if donate else ())
   return ShardedTrainStep(step=jitted, state=TrainState(params, rest, opt_state),
                           graphdef=graphdef, mesh=mesh, state_shardings=state_sh,
-                          batch_sharding=b_sh, fallbacks=tuple(fallbacks))
+                          batch_sharding=b_sh, fallbacks=tuple(fallbacks), micro_batches=k)

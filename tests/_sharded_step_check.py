@@ -63,10 +63,11 @@ def make_batch(seed: int) -> RTIBatch:
       intervened_mask=interv, ref_logp=(old - 0.05).astype(np.float32))
 
 
-def run(mesh_shape: tuple[int, int, int], devices: list) -> dict:
+def run(mesh_shape: tuple[int, int, int], devices: list, micro_batches: int = 1) -> dict:
   mesh = S.make_mesh(*mesh_shape, devices=devices)
   cfg = LossConfig(name="rti", beta=0.01)
-  ts = S.make_train_step(TinyLM(nnx.Rngs(0)), optax.adamw(1e-2, weight_decay=0.1), mesh, cfg)
+  ts = S.make_train_step(TinyLM(nnx.Rngs(0)), optax.adamw(1e-2, weight_decay=0.1), mesh, cfg,
+                         micro_batches=micro_batches)
   state = ts.state
   losses, grads = [], []
   for seed in (1, 2):
@@ -89,11 +90,14 @@ def main() -> None:
   devices = jax.devices()
   assert len(devices) == 8, f"expected 8 forced CPU devices, got {len(devices)}"
   ref = run((1, 1, 1), devices[:1])
-  shapes = [tuple(int(v) for v in s.split("x")) for s in sys.argv[1:]] or [(8, 1, 1), (2, 2, 2)]
+  # "DxFxT" or "DxFxT-mbK" (K micro-batches)
+  names = sys.argv[1:] or ["8x1x1", "2x2x2"]
   report = {"reference_losses": ref["losses"], "meshes": {}}
-  for shape in shapes:
-    got = run(shape, devices)
-    report["meshes"]["x".join(map(str, shape))] = {
+  for name in names:
+    mesh_part, _, mb = name.partition("-mb")
+    shape = tuple(int(v) for v in mesh_part.split("x"))
+    got = run(shape, devices, int(mb) if mb else 1)
+    report["meshes"][name] = {
         "loss_diff": max(abs(a - b) for a, b in zip(got["losses"], ref["losses"])),
         "grad_diff": max(max_diff(g, r) for g, r in zip(got["grads"], ref["grads"])),
         "param_diff": max_diff(got["params"], ref["params"]),

@@ -28,13 +28,13 @@ HERE = pathlib.Path(__file__).resolve().parent
 @pytest.fixture(scope="module")
 def sharded_report() -> dict:
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  proc = subprocess.run([sys.executable, str(HERE / "_sharded_step_check.py"), "8x1x1", "2x2x2"],
+  proc = subprocess.run([sys.executable, str(HERE / "_sharded_step_check.py"), "8x1x1", "2x2x2", "2x2x2-mb2"],
                         capture_output=True, text=True, env=env, cwd=HERE.parent, timeout=600)
   assert proc.returncode == 0, proc.stderr[-4000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("mesh", ["8x1x1", "2x2x2"])
+@pytest.mark.parametrize("mesh", ["8x1x1", "2x2x2", "2x2x2-mb2"])
 def test_sharded_step_equals_single_device_step(sharded_report: dict, mesh: str) -> None:
   got = sharded_report["meshes"][mesh]
   assert got["loss_diff"] <= 1e-5
@@ -155,8 +155,45 @@ def test_train_step_matches_hand_written_value_and_grad_and_sgd_update() -> None
   assert float(np.abs(np.asarray(jax.tree.leaves(grads)[0])).max()) > 0
 
 
+@pytest.mark.parametrize("k", [2, 4])
+def test_micro_batched_step_equals_full_batch_step(k: int) -> None:
+  """Summed numerators / denominators over micro-batches reproduce the full-batch step."""
+  mesh = S.make_mesh(1, 1, 1, devices=jax.devices()[:1])
+  cfg = LossConfig(name="rti")
+  batch = _batch()
+  rng = np.random.default_rng(5)
+  inter = np.zeros(batch.shape, np.float32)
+  inter[2, 4:6] = 1
+  lm = np.asarray(batch.loss_mask).copy()
+  lm[1] = 0  # an empty row inside one micro-batch
+  batch = RTIBatch(batch.input_ids, batch.attention_mask, lm, batch.old_logp, batch.advantages,
+                   roll_logp=batch.old_logp, cal_logp=(batch.old_logp + rng.normal(size=batch.shape) * 0.3).astype(np.float32),
+                   intervened_mask=inter)
+  outs = []
+  for mb in (1, k):
+    ts = S.make_train_step(_TinyLM(nnx.Rngs(3)), optax.adam(1e-2), mesh, cfg, micro_batches=mb)
+    state, out = ts.step(ts.state, ts.shard_batch(batch))
+    outs.append((out, state))
+  (full, s_full), (micro, s_micro) = outs
+  np.testing.assert_allclose(float(micro.loss), float(full.loss), rtol=1e-6)
+  for a, b in zip(jax.tree.leaves(micro.grads), jax.tree.leaves(full.grads)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-8)
+  for a, b in zip(jax.tree.leaves(s_micro.params), jax.tree.leaves(s_full.params)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+
+
+def test_micro_batches_must_divide_the_batch() -> None:
+  with pytest.raises(ValueError, match="micro_batches"):
+    S.make_train_step(_TinyLM(nnx.Rngs(0)), optax.sgd(0.1), S.make_mesh(1, 1, 1, devices=jax.devices()[:1]),
+                      LossConfig(), micro_batches=0)
+  ts = S.make_train_step(_TinyLM(nnx.Rngs(0)), optax.sgd(0.1),
+                         S.make_mesh(1, 1, 1, devices=jax.devices()[:1]), LossConfig(), micro_batches=3)
+  with pytest.raises(ValueError, match="micro_batches 3, got B=4"):
+    ts.shard_batch(_batch())
+
+
 def test_shard_batch_rejects_indivisible_batch(sharded_report: dict) -> None:
-  assert "divisible by the data-parallel degree 8, got B=6" in sharded_report["indivisible_error"]
+  assert "divisible by the data-parallel degree 8 x micro_batches 1, got B=6" in sharded_report["indivisible_error"]
 
 
 def test_train_step_rejects_bad_logits_shape() -> None:
