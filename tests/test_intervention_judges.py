@@ -254,3 +254,11 @@ def test_table6_statistics():
   assert "62.50%" in s.format_table()
   empty = InterventionStats()
   assert all(np.isnan(r) for *_, r in empty.table()) and np.isnan(empty.mean_accepted_ppl)
+
+
+def test_overlong_llm_correction_is_counted_and_the_draft_kept(tok):
+  long_json = json.dumps({"reasoning": "x" * 600, "tool_calls": [
+    {"name": "poi_search", "arguments": {"address": "Yixing Temple", "region": "Taipei"}}], "content": ""})
+  groups, new, stats, *_ = _pipeline(tok, JudgeScript(corrector_json=long_json))
+  assert stats.steps_flagged == 1 and stats.corrections_over_context == 1 and stats.corrections_applied == 0
+  assert new[1] == groups[1]

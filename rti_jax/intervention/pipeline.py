@@ -208,6 +208,9 @@ def intervened_step(
     if ids == drafts[i].token_ids.tolist():  # not a correction: keep the draft as drawn
       stats.corrections_unchanged += 1
       continue
+    if len(ids) > rollout_config.sampling.max_new_tokens:  # longer than a turn may be: no room to score it
+      stats.corrections_over_context += 1
+      continue
     stats.corrections_generated += 1
     cand[i] = ids
 

@@ -20,7 +20,8 @@ class InterventionStats:
   steps_total: steps of intervened rollouts; steps_flagged: flagged invalid by the Validator.
   corrections_generated: Corrector outputs that were usable (the rest: ``corrector_malformed``,
     or ``corrections_unchanged`` when identical to the draft); ``corrections_over_context``:
-    flagged steps whose correction prompt left no room for a turn (draft kept).
+    flagged steps whose correction prompt, or whose correction, does not fit the context
+    budget (draft kept).
   verifier_accepted / verifier_rejected: Verifier verdicts (``verifier_skipped`` when it is off).
   ppl_rejected: corrections the Verifier accepted but the PPL gate (Eq. 4) dropped.
   corrections_applied: corrections that replaced the draft (passed both checks).
