@@ -15,6 +15,12 @@ real server only on a GPU machine, see the README):
 * ``POST /update_weights_from_disk`` with ``model_path``: reloads weights written by
   ``save_pretrained``; answers ``{"success": bool, "message": str}``.
 
+To check on a real server (GPU machine): that ``output_token_logprobs`` are the policy's
+temperature-1 log-probs (the behaviour log-probs the loss needs; if the server reports
+post-temperature values, sample at temperature 1 or recompute them with ``score``),
+that the matched stop token is included in ``output_token_logprobs``, and that
+``max_new_tokens = 0`` scoring requests are accepted.
+
 Retries: connection errors and 5xx/429 answers are retried ``max_retries`` times with
 exponential backoff (``urllib3.util.Retry``); after that a ``BackendUnavailableError``
 names the URL. A 4xx answer or a malformed body raises ``SGLangProtocolError`` naming
