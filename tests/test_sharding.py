@@ -155,7 +155,7 @@ def test_train_step_matches_hand_written_value_and_grad_and_sgd_update() -> None
   assert float(np.abs(np.asarray(jax.tree.leaves(grads)[0])).max()) > 0
 
 
-@pytest.mark.parametrize("k", [2, 4])
+@pytest.mark.parametrize("k", [4])  # one row per micro-batch, one of them empty
 def test_micro_batched_step_equals_full_batch_step(k: int) -> None:
   """Summed numerators / denominators over micro-batches reproduce the full-batch step."""
   mesh = S.make_mesh(1, 1, 1, devices=jax.devices()[:1])
