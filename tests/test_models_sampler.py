@@ -214,3 +214,14 @@ def test_bad_score_input_raises_clear_errors(qwen3, prompts, responses, needle):
   sampler, _ = qwen3
   with pytest.raises(ValueError, match=needle):
     sampler.score(prompts, responses)
+
+
+def test_bf16_model_samples_with_fp32_logprobs_consistent_with_score(qwen3_ckpt):
+  path, _ = qwen3_ckpt
+  model, _ = models.from_pretrained(path, dtype="bfloat16")
+  sampler = Sampler(model)
+  out = sampler.generate(PROMPTS, key=jax.random.key(4), max_new_tokens=12)
+  scored = sampler.score(PROMPTS, out.tokens)
+  for lp, sc in zip(out.logprobs, scored):
+    assert lp.dtype == sc.dtype == np.float32
+    assert np.abs(lp - sc).max() <= 2e-2
