@@ -1,0 +1,233 @@
+"""Supervised fine-tuning of the tiny Qwen3 policy (loss on assistant tokens only).
+
+The loss is the mean next-token cross-entropy over trained tokens::
+
+    loss = - sum_{b,t} m[b, t+1] * log p(x[b, t+1] | x[b, :t+1]) / sum_{b,t} m[b, t+1]
+
+with ``x: [B, T]`` the ids and ``m: [B, T]`` the loss mask (True on assistant tokens
+the example trains). Batches are built from length-sorted buckets (little padding);
+the schedule is linear warm-up then cosine decay (optax); everything is fixed by one seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from models.config import QwenConfig
+from models.qwen import Qwen
+from rti_jax.policy.sft_data import SFTExample
+
+
+def tiny_qwen3_config(vocab_size: int, *, hidden_size: int = 128, num_layers: int = 4, num_heads: int = 4,
+                      num_kv_heads: int = 2, intermediate_size: int = 384, max_position_embeddings: int = 4096,
+                      pad_token_id: int = 0, eos_token_id: int = 0) -> QwenConfig:
+  """A Qwen3 config (qk-norm, GQA, SwiGLU, RoPE, tied embeddings) of a few hundred K params.
+
+  vocab_size is rounded up to a multiple of 64 (extra rows are never produced by the tokenizer).
+  """
+  if vocab_size < 1:
+    raise ValueError(f"vocab_size: expected >= 1, got {vocab_size}")
+  if hidden_size % num_heads:
+    raise ValueError(f"hidden_size: expected a multiple of num_heads={num_heads}, got {hidden_size}")
+  return QwenConfig(
+    model_type="qwen3", vocab_size=-(-int(vocab_size) // 64) * 64, hidden_size=hidden_size,
+    intermediate_size=intermediate_size, num_layers=num_layers, num_heads=num_heads, num_kv_heads=num_kv_heads,
+    head_dim=hidden_size // num_heads, rope_theta=10000.0, tie_word_embeddings=True,
+    max_position_embeddings=max_position_embeddings,
+    hf_extra=(("bos_token_id", None), ("eos_token_id", int(eos_token_id)), ("pad_token_id", int(pad_token_id))))
+
+
+def count_params(model: nnx.Module) -> int:
+  return int(sum(np.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, nnx.Param))))
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+  """SFT settings. tokens_per_batch: the padded token budget of one batch (rows x length)."""
+
+  epochs: float = 3.0
+  tokens_per_batch: int = 8192
+  lr: float = 3e-3
+  warmup_steps: int = 30
+  weight_decay: float = 0.01
+  grad_clip: float = 1.0
+  seed: int = 0
+  len_multiple: int = 256
+  max_len: int = 2048
+
+  def __post_init__(self) -> None:
+    if self.epochs <= 0:
+      raise ValueError(f"epochs: expected > 0, got {self.epochs}")
+    if self.tokens_per_batch < self.max_len:
+      raise ValueError(f"tokens_per_batch: expected >= max_len={self.max_len}, got {self.tokens_per_batch}")
+
+
+def common_prefix_len(examples: Sequence[SFTExample]) -> int:
+  """The length of the longest token prefix shared by all examples that no example trains
+  (the system turn), less one so every example keeps at least one prefix-free token."""
+  if not examples:
+    return 0
+  first = examples[0].token_ids
+  n = min(len(e.token_ids) for e in examples) - 1
+  for e in examples[1:]:
+    ids = e.token_ids
+    k = 0
+    while k < n and ids[k] == first[k]:
+      k += 1
+    n = k
+  for e in examples:
+    if any(e.loss_mask[:n]):
+      n = min(n, e.loss_mask.index(True))
+  return max(n, 0)
+
+
+def make_batches(examples: Sequence[SFTExample], cfg: SFTConfig, rng: np.random.Generator, pad_id: int,
+                 prefix_len: int = 0) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+  """One epoch of batches of the examples' suffixes after ``prefix_len`` tokens:
+  ``(ids [B, T] int32, attn [B, T] int32, mask [B, T] float32)``.
+
+  Examples are shuffled, grouped by suffix length (T = a multiple of ``len_multiple``), and
+  each group is cut into batches of ``tokens_per_batch // (prefix_len + T)`` rows; batch
+  order is shuffled. Filler rows have an all-zero mask. Suffixes longer than ``max_len`` are cut.
+  """
+  order = rng.permutation(len(examples))
+  by_len: dict[int, list[int]] = {}
+  for i in order:
+    n = min(len(examples[i].token_ids) - prefix_len, cfg.max_len)
+    t = -(-n // cfg.len_multiple) * cfg.len_multiple
+    by_len.setdefault(t, []).append(int(i))
+  batches = []
+  for t, idx in sorted(by_len.items()):
+    rows = max(1, cfg.tokens_per_batch // (t + prefix_len))
+    for s in range(0, len(idx), rows):
+      chunk = idx[s:s + rows]
+      ids = np.full((rows, t), pad_id, np.int32)
+      attn = np.zeros((rows, t), np.int32)
+      mask = np.zeros((rows, t), np.float32)
+      for r, i in enumerate(chunk):
+        e = examples[i]
+        n = min(len(e.token_ids) - prefix_len, t)
+        ids[r, :n] = e.token_ids[prefix_len:prefix_len + n]
+        attn[r, :n] = 1
+        mask[r, :n] = e.loss_mask[prefix_len:prefix_len + n]
+      batches.append((ids, attn, mask))
+  perm = rng.permutation(len(batches))
+  return [batches[i] for i in perm]
+
+
+def shared_prefix_logits(model: Qwen, prefix: jax.Array, ids: jax.Array, attn: jax.Array) -> jax.Array:
+  """Logits ``[B, T, V]`` of the suffixes ``ids: [B, T]`` (right padded, ``attn: [B, T]``)
+  that all follow the same ``prefix: [P]``; equal to the logits of a full forward pass
+  over ``prefix + ids[b]`` at the suffix positions, with the prefix computed once."""
+  p, (b, t) = prefix.shape[0], ids.shape
+  if p == 0:
+    return model(ids, attn)
+  cache = model.init_cache(1, p + t)
+  keys = jnp.arange(p + t)
+  mask_p = (keys[None, :] <= jnp.arange(p)[:, None])[None]  # [1, P, P+T]
+  _, cache = model.forward(prefix[None], jnp.arange(p)[None], mask_p, cache, 0)
+  cache = [type(c)(jnp.broadcast_to(c.k, (b,) + c.k.shape[1:]), jnp.broadcast_to(c.v, (b,) + c.v.shape[1:]))
+           for c in cache]
+  real = jnp.concatenate([jnp.ones((b, p), bool), attn.astype(bool)], axis=1)  # [B, P+T]
+  causal = keys[None, :] <= (p + jnp.arange(t))[:, None]  # [T, P+T]
+  mask_s = causal[None] & real[:, None, :]
+  pos = jnp.broadcast_to(p + jnp.arange(t)[None], (b, t))
+  h, _ = model.forward(ids, pos, mask_s, cache, p)
+  return model.logits(h)
+
+
+def masked_nll(logits: jax.Array, ids: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Summed next-token NLL over trained positions and their count.
+
+  logits: [B, T, V] fp32; ids: [B, T]; mask: [B, T] (1 where token t is trained).
+  Position t predicts token t+1, weighted by mask[:, t+1].
+  """
+  logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
+  tgt = ids[:, 1:]
+  nll = -jnp.take_along_axis(logp, tgt[..., None], axis=-1)[..., 0]
+  m = mask[:, 1:].astype(jnp.float32)
+  return jnp.sum(nll * m), jnp.sum(m)
+
+
+def make_optimizer(model: Qwen, cfg: SFTConfig, total_steps: int) -> nnx.Optimizer:
+  sched = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, max(1, min(cfg.warmup_steps, total_steps // 2)),
+                                             max(2, total_steps), end_value=cfg.lr * 0.05)
+  tx = optax.chain(optax.clip_by_global_norm(cfg.grad_clip),
+                   optax.adamw(sched, b1=0.9, b2=0.98, weight_decay=cfg.weight_decay))
+  return nnx.Optimizer(model, tx, wrt=nnx.Param)
+
+
+@nnx.jit
+def train_step(model: Qwen, optimizer: nnx.Optimizer, prefix: jax.Array, ids: jax.Array, attn: jax.Array,
+               mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """One AdamW step on the mean NLL of the batch (suffixes ``ids: [B, T]`` after the shared
+  ``prefix: [P]``); returns (mean loss, trained-token count)."""
+
+  def loss_fn(m: Qwen) -> tuple[jax.Array, jax.Array]:
+    total, n = masked_nll(shared_prefix_logits(m, prefix, ids, attn), ids, mask)
+    return total / jnp.maximum(n, 1.0), n
+
+  (loss, n), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+  optimizer.update(model, grads)
+  return loss, n
+
+
+@nnx.jit
+def eval_step(model: Qwen, prefix: jax.Array, ids: jax.Array, attn: jax.Array, mask: jax.Array
+              ) -> tuple[jax.Array, jax.Array]:
+  return masked_nll(shared_prefix_logits(model, prefix, ids, attn), ids, mask)
+
+
+def evaluate_loss(model: Qwen, examples: Sequence[SFTExample], cfg: SFTConfig, pad_id: int) -> float:
+  """Mean NLL per trained token over ``examples`` (no update)."""
+  tot, cnt = 0.0, 0.0
+  p = common_prefix_len(examples)
+  prefix = jnp.asarray(examples[0].token_ids[:p], jnp.int32)
+  for ids, attn, mask in make_batches(examples, cfg, np.random.default_rng(0), pad_id, p):
+    s, n = eval_step(model, prefix, jnp.asarray(ids), jnp.asarray(attn), jnp.asarray(mask))
+    tot, cnt = tot + float(s), cnt + float(n)
+  return tot / max(cnt, 1.0)
+
+
+@dataclasses.dataclass
+class SFTResult:
+  """losses[i]: mean NLL of step i's batch; steps, wall seconds, trained tokens seen."""
+
+  losses: list[float]
+  steps: int
+  wall_s: float
+  tokens_trained: int
+
+
+def train(model: Qwen, examples: Sequence[SFTExample], cfg: SFTConfig, pad_id: int,
+          log: Callable[[str], None] | None = None, log_every: int = 20) -> SFTResult:
+  """Runs SFT in place on ``model``; deterministic for ``cfg.seed`` and the example order."""
+  if not examples:
+    raise ValueError("examples: expected at least one SFT example, got 0")
+  rng = np.random.default_rng(cfg.seed)
+  p = common_prefix_len(examples)
+  prefix = jnp.asarray(examples[0].token_ids[:p], jnp.int32)
+  n_epochs = int(np.ceil(cfg.epochs))
+  epochs = [make_batches(examples, cfg, rng, pad_id, p) for _ in range(n_epochs)]
+  per_epoch = len(epochs[0])
+  total = max(1, int(round(cfg.epochs * per_epoch)))
+  plan = [b for ep in epochs for b in ep][:total]
+  optimizer = make_optimizer(model, cfg, total)
+  losses: list[float] = []
+  tokens = 0
+  t0 = time.time()
+  for step, (ids, attn, mask) in enumerate(plan):
+    loss, n = train_step(model, optimizer, prefix, jnp.asarray(ids), jnp.asarray(attn), jnp.asarray(mask))
+    losses.append(float(loss))
+    tokens += int(n)
+    if log is not None and (step % log_every == 0 or step == total - 1):
+      log(f"step {step + 1}/{total} loss {losses[-1]:.4f} ({time.time() - t0:.0f}s)")
+  return SFTResult(losses=losses, steps=total, wall_s=time.time() - t0, tokens_trained=tokens)

@@ -1,0 +1,270 @@
+"""SFT data for the tiny Navigation policy: scripted trajectories -> token sequences.
+
+Every example is laid out exactly as the rollout engine lays out an episode
+(``rollout.ChatFormatter``): the prompt ids, then per assistant turn
+``encode_assistant(text)`` (ends with ``<|im_end|>``), then ``continuation_ids`` of
+the env messages that follow. ``loss_mask`` is True only on assistant tokens that are
+trained (prompt, tool responses and feedback messages never are).
+
+The mix (train split only) shapes the base policy like the paper's backbone:
+
+* ``plain``: on tasks that do not need disambiguation, the oracle's trajectory
+  (searches, a regioned search for a stop whose city the query names, direction with
+  copied coordinates, a short answer).
+* ``trusting``: on tasks that need disambiguation, the typical early mistake: the
+  first result of every unregioned search is trusted (``TrustingAgent``).
+* ``resolve``: on a share ``resolve_share`` of those tasks, the oracle's trajectory with
+  the decisive re-search trained, so the skill is in the repertoire but rarely sampled.
+* ``resolve_ctx``: on a share ``continue_share``, the oracle's trajectory with the
+  decisive re-search turn as context only (not trained) and the turns after it trained:
+  once a re-search is in the context (an accepted correction), the policy uses the
+  regioned result.
+* ``correction``: the correction prompt p_cal exactly as the intervention pipeline
+  builds it (the conversation up to a flawed draft, plus the feedback user message the
+  rule-based Validator gives on that draft), and the oracle's next turn as target.
+  Drafts: the trusting direction call, and perturbed oracle direction calls (wrong
+  order, a coordinate that no result showed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Sequence
+
+import numpy as np
+
+from rti_jax.envs.navigation import NavigationEnv, NavTask, OracleAgent
+from rti_jax.envs.navigation.agents import (PLAN_NOW, SEARCH_FIRST, Candidate, _direction_call, _direction_done,
+                                            _final_answer, observed_searches, parse_candidates, render_turn)
+from rti_jax.envs.tool_calls import ToolCall, parse_assistant_turn
+from rti_jax.intervention.judges import StepContext, feedback_message
+from rti_jax.intervention.rules_navigation import NavigationRuleValidator, NavigationRuleVerifier
+from rti_jax.rollout import ChatFormatter
+
+Message = dict[str, Any]
+KINDS = ("plain", "trusting", "resolve", "resolve_ctx", "correction")
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTExample:
+  """One training sequence. token_ids, loss_mask: ``[L]``; kind: one of ``KINDS``."""
+
+  task_id: str
+  kind: str
+  token_ids: tuple[int, ...]
+  loss_mask: tuple[bool, ...]
+
+  def __post_init__(self) -> None:
+    if len(self.token_ids) != len(self.loss_mask):
+      raise ValueError(f"loss_mask: expected {len(self.token_ids)} entries, got {len(self.loss_mask)}")
+    if self.kind not in KINDS:
+      raise ValueError(f"kind: expected one of {KINDS}, got {self.kind!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MixConfig:
+  """Shares of the SFT mix (see the module docstring); all from the train split.
+
+  resolve_share: share of disambiguation tasks whose decisive re-search is trained.
+  continue_share: share of disambiguation tasks with the re-search as context only.
+  correction_share: share of disambiguation tasks with a correction example on the
+    trusting draft; perturb_share: share of all tasks with a correction example on a
+    perturbed (wrong order / unseen coordinate) direction draft.
+  """
+
+  resolve_share: float = 0.06
+  continue_share: float = 0.5
+  correction_share: float = 1.0
+  perturb_share: float = 0.25
+  seed: int = 0
+
+  def __post_init__(self) -> None:
+    for f in ("resolve_share", "continue_share", "correction_share", "perturb_share"):
+      v = getattr(self, f)
+      if not 0.0 <= v <= 1.0:
+        raise ValueError(f"{f}: expected a share in [0, 1], got {v}")
+
+
+class TrustingAgent:
+  """The base policy's intended habit: search every stop (with the city the query names,
+  if any), then trust the first result of each search and plan the route."""
+
+  def __init__(self, task: NavTask):
+    self.task = task
+
+  def act(self, messages: list[Message]) -> str:
+    task = self.task
+    if _direction_done(messages):
+      return _final_answer(messages)
+    found: dict[str, Candidate] = {}
+    for call, obs in observed_searches(messages):
+      cands = parse_candidates(obs)
+      if call.name == "poi_search" and cands:
+        found.setdefault(call.arguments["address"], cands[0])
+    if not found:
+      calls = [ToolCall("poi_search", {"address": s.name, "region": s.city} if s.hinted else {"address": s.name})
+               for s in task.stops]
+      return render_turn(SEARCH_FIRST, calls)
+    if any(s.name not in found for s in task.stops):  # nothing found: cannot plan; answer
+      return "I could not find every place."
+    return render_turn(PLAN_NOW, [_direction_call(task, found)])
+
+
+def play(env: NavigationEnv, agent: Any, task: NavTask) -> list[Message]:
+  """The messages of one scripted episode (system, user, then turns and observations)."""
+  messages = env.reset(task)
+  while True:
+    result = env.step(agent.act(messages))
+    messages = env.transcript.messages
+    if result.done:
+      return list(messages)
+
+
+def encode_messages(formatter: ChatFormatter, messages: Sequence[Message], trained: Sequence[bool] | None = None,
+                    ) -> tuple[list[int], list[bool]]:
+  """Token ids and loss mask of a conversation, laid out as the rollout engine does.
+
+  messages: system, user, then assistant turns each followed by zero or more env
+  messages (tool or user). trained[j]: whether the j-th assistant turn is trained
+  (default all). Returns ``ids: [L]`` and ``mask: [L]``.
+  """
+  if len(messages) < 2 or messages[0]["role"] != "system" or messages[1]["role"] != "user":
+    raise ValueError(f"messages: expected system and user first, got roles {[m['role'] for m in messages[:2]]}")
+  ids = list(formatter.prompt_ids(messages[:2]))
+  mask = [False] * len(ids)
+  j, i = 0, 2
+  while i < len(messages):
+    m = messages[i]
+    if m["role"] != "assistant":
+      raise ValueError(f"messages[{i}]: expected an assistant turn, got role {m['role']!r}")
+    turn = formatter.encode_assistant(m["content"])
+    ids += turn
+    mask += [True if trained is None else bool(trained[j])] * len(turn)
+    j += 1
+    i += 1
+    env_msgs = []
+    while i < len(messages) and messages[i]["role"] != "assistant":
+      env_msgs.append(messages[i])
+      i += 1
+    if env_msgs:
+      cont = formatter.continuation_ids(env_msgs)
+      ids += cont
+      mask += [False] * len(cont)
+  return ids, mask
+
+
+def step_context(messages: Sequence[Message], draft: str, env: NavigationEnv) -> StepContext:
+  """The roles' view of a step (as ``intervention.pipeline.step_context``) for ``env``'s task."""
+  history = tuple(m for m in messages if m.get("role") != "system")
+  user = next(m["content"] for m in messages if m["role"] == "user")
+  return StepContext(user_query=user, history=history, draft=draft, tools=tuple(env.tool_schemas()),
+                     evidence=dict(env.reward_evidence()), domain="navigation")
+
+
+def correction_example(formatter: ChatFormatter, env: NavigationEnv, task: NavTask, prefix: Sequence[Message],
+                       draft: str, target: str) -> SFTExample | None:
+  """p_cal (``prefix`` + the Validator's feedback on ``draft``) -> ``target``, trained on the target only.
+
+  Returns None when the Validator accepts the draft or the Verifier rejects the target
+  (such a pair would not teach following valid feedback).
+  """
+  env.replay(task, [m["content"] for m in prefix if m["role"] == "assistant"])
+  ctx = step_context(prefix, draft, env)
+  judgement = NavigationRuleValidator().judge(ctx)
+  if judgement.is_valid or not NavigationRuleVerifier().judge(ctx, target).ok:
+    return None
+  p_roll, _ = encode_messages(formatter, list(prefix))
+  p_roll += formatter.generation_prompt_ids if prefix[-1]["role"] == "assistant" else []
+  p_cal = formatter.with_extra_user_message(p_roll, feedback_message(judgement))
+  turn = formatter.encode_assistant(target)
+  return SFTExample(task.task_id, "correction", tuple(p_cal + turn), tuple([False] * len(p_cal) + [True] * len(turn)))
+
+
+def _perturbed_direction(draft: str, rng: np.random.Generator) -> str | None:
+  """The draft's direction call with two stops swapped or one digit changed."""
+  calls = parse_assistant_turn(draft).tool_calls
+  if len(calls) != 1 or calls[0].name != "direction":
+    return None
+  args = dict(calls[0].arguments)
+  stops = [args["origin"], *args.get("waypoints", []), args["destination"]]
+  if rng.random() < 0.5 and len(stops) >= 2:
+    i, j = rng.choice(len(stops), size=2, replace=False)
+    stops[i], stops[j] = stops[j], stops[i]
+  else:
+    k = int(rng.integers(len(stops)))
+    s = stops[k]
+    pos = [p for p, ch in enumerate(s) if ch.isdigit()]
+    p = pos[-1 - int(rng.integers(min(3, len(pos))))]
+    stops[k] = s[:p] + str((int(s[p]) + 1 + int(rng.integers(8))) % 10) + s[p + 1:]
+  new = {"origin": stops[0], "destination": stops[-1]}
+  if len(stops) > 2:
+    new["waypoints"] = stops[1:-1]
+  if "mode" in args:
+    new["mode"] = args["mode"]
+  text = parse_assistant_turn(draft).content.strip()
+  return render_turn(text, [ToolCall("direction", new)])
+
+
+def _assistant_indices(messages: Sequence[Message]) -> list[int]:
+  return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+
+
+def build_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: ChatFormatter,
+                   mix: MixConfig = MixConfig()) -> list[SFTExample]:
+  """The SFT mix over ``tasks`` (pass the train split only); deterministic for ``mix.seed``."""
+  rng = np.random.default_rng(mix.seed)
+  out: list[SFTExample] = []
+
+  def add(task: NavTask, kind: str, messages: Sequence[Message], trained: Sequence[bool] | None = None) -> None:
+    ids, mask = encode_messages(formatter, messages, trained)
+    out.append(SFTExample(task.task_id, kind, tuple(ids), tuple(mask)))
+
+  for task in tasks:
+    oracle = play(env, OracleAgent(task), task)
+    a_idx = _assistant_indices(oracle)
+    if not task.needs_disambiguation or len(a_idx) == 3:  # hints alone resolve it: no re-search turn
+      add(task, "plain", oracle)
+    else:
+      trusting = play(env, TrustingAgent(task), task)
+      add(task, "trusting", trusting)
+      u = rng.random(3)
+      n_turns = len(a_idx)
+      if u[0] < mix.resolve_share:
+        add(task, "resolve", oracle)
+      elif u[1] < mix.continue_share:
+        add(task, "resolve_ctx", oracle, [j not in (1,) for j in range(n_turns)])
+      if u[2] < mix.correction_share:
+        t_idx = _assistant_indices(trusting)
+        if len(t_idx) >= 2:
+          k = t_idx[1]
+          ex = correction_example(formatter, env, task, trusting[:k], trusting[k]["content"], oracle[a_idx[1]]["content"])
+          if ex is not None:
+            out.append(ex)
+    if rng.random() < mix.perturb_share:
+      # The oracle's direction turn, perturbed, is the draft; the oracle's turn is the target.
+      d = next((i for i in a_idx if any(c.name == "direction" for c in parse_assistant_turn(oracle[i]["content"]).tool_calls)), None)
+      if d is not None:
+        draft = _perturbed_direction(oracle[d]["content"], rng)
+        if draft is not None and draft != oracle[d]["content"]:
+          ex = correction_example(formatter, env, task, oracle[:d], draft, oracle[d]["content"])
+          if ex is not None:
+            out.append(ex)
+  return out
+
+
+def corpus_texts(tasks: Sequence[NavTask], env: NavigationEnv) -> list[str]:
+  """Texts the tokenizer is trained on: message contents of oracle and trusting episodes of ``tasks``."""
+  texts: list[str] = []
+  for task in tasks:
+    for agent in (OracleAgent(task), TrustingAgent(task)):
+      texts += [m["content"] for m in play(env, agent, task)]
+  return texts
+
+
+def summary(examples: Sequence[SFTExample]) -> dict[str, Any]:
+  """Counts per kind, trained tokens and the longest sequence."""
+  kinds = {k: sum(e.kind == k for e in examples) for k in KINDS}
+  return {"examples": len(examples), "kinds": kinds, "trained_tokens": int(sum(sum(e.loss_mask) for e in examples)),
+          "tokens": int(sum(len(e.token_ids) for e in examples)),
+          "max_len": max((len(e.token_ids) for e in examples), default=0)}

@@ -1,0 +1,121 @@
+"""The tiny policy's tokenizer and its Qwen-style chat template.
+
+A byte-level BPE (``tokenizers`` library) trained on Navigation train-split transcripts.
+Pre-tokenization isolates every whitespace run, every ASCII letter run, every single
+digit and every run of other characters (with single spaces inside or after it, e.g.
+``'": "'``), then maps bytes to symbols (ByteLevel), so:
+
+* any text encodes (256 byte symbols, no unknown token) and ``decode(encode(s)) == s``;
+* a word is the same token wherever it appears (``"Jiming"`` in the query and inside a
+  JSON string), and a coordinate is the same digit tokens in a tool result and in a
+  call, so the policy copies by matching identical tokens;
+* ``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>`` are special tokens and
+  ``<tool_call>``, ``</tool_call>``, ``<tool_response>``, ``</tool_response>``,
+  ``<think>``, ``</think>`` single added tokens kept by ``decode``.
+
+``CHAT_TEMPLATE`` renders Qwen's ChatML: ``<|im_start|>{role}\\n{content}<|im_end|>\\n``,
+consecutive tool messages as one user turn of ``<tool_response>`` blocks, optional
+``reasoning_content`` as a ``<think>`` block, structured ``tool_calls`` as
+``<tool_call>`` blocks, and a ``# Tools`` block in the system turn when ``tools`` are
+passed and the system prompt does not already list them (the Navigation system prompt
+does, so ``ChatFormatter(tok)`` and ``ChatFormatter(tok, env.tool_schemas())`` give the
+same ids there).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+from transformers import PreTrainedTokenizerFast
+
+SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+MARKUP_TOKENS: tuple[str, ...] = (
+  "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
+PRE_TOKENIZER_PATTERN = r"\s+|[A-Za-z]+|[0-9]|[^\sA-Za-z0-9]+(?: [^\sA-Za-z0-9]+)* ?"
+END_OF_TURN = "<|im_end|>"
+PAD_TOKEN = "<|endoftext|>"
+
+CHAT_TEMPLATE = r"""
+{%- macro text(c) -%}
+{%- if c is string -%}{{ c }}{%- elif c is none -%}{%- else -%}{%- for p in c -%}{%- if p.type == 'text' -%}{{ p.text }}{%- endif -%}{%- endfor -%}{%- endif -%}
+{%- endmacro -%}
+{%- set has_system = messages and messages[0].role == 'system' -%}
+{%- set sys = text(messages[0].content) if has_system else '' -%}
+{%- if tools and '<tools>' not in sys -%}
+{{- '<|im_start|>system\n' -}}
+{%- if sys -%}{{- sys + '\n\n' -}}{%- endif -%}
+{{- '# Tools\nYou may call one or more functions. Function signatures:\n<tools>\n' -}}
+{%- for t in tools -%}{{- t | tojson -}}{{- '\n' -}}{%- endfor -%}
+{{- '</tools>\nFor each call, return a json object with the function name and arguments within <tool_call></tool_call> tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n' -}}
+{%- elif has_system -%}
+{{- '<|im_start|>system\n' + sys + '<|im_end|>\n' -}}
+{%- endif -%}
+{%- for m in messages -%}
+{%- if m.role == 'system' -%}
+{%- if not loop.first -%}{{- '<|im_start|>system\n' + text(m.content) + '<|im_end|>\n' -}}{%- endif -%}
+{%- elif m.role == 'user' -%}
+{{- '<|im_start|>user\n' + text(m.content) + '<|im_end|>\n' -}}
+{%- elif m.role == 'assistant' -%}
+{{- '<|im_start|>assistant\n' -}}
+{%- if m.reasoning_content is defined and m.reasoning_content -%}
+{{- '<think>\n' + m.reasoning_content.strip() + '\n</think>\n\n' -}}
+{%- endif -%}
+{{- text(m.content) -}}
+{%- if m.tool_calls is defined and m.tool_calls -%}
+{%- for call in m.tool_calls -%}
+{%- set fn = call.function if call.function is defined else call -%}
+{%- if not loop.first or text(m.content) -%}{{- '\n' -}}{%- endif -%}
+{{- '<tool_call>\n{"name": "' + fn.name + '", "arguments": ' -}}
+{%- if fn.arguments is string -%}{{- fn.arguments -}}{%- else -%}{{- fn.arguments | tojson -}}{%- endif -%}
+{{- '}\n</tool_call>' -}}
+{%- endfor -%}
+{%- endif -%}
+{{- '<|im_end|>\n' -}}
+{%- elif m.role == 'tool' -%}
+{%- if loop.first or messages[loop.index0 - 1].role != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}
+{{- '\n<tool_response>\n' + text(m.content) + '\n</tool_response>' -}}
+{%- if loop.last or messages[loop.index0 + 1].role != 'tool' -%}{{- '<|im_end|>\n' -}}{%- endif -%}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+{{- '<|im_start|>assistant\n' -}}
+{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\n\n</think>\n\n' -}}{%- endif -%}
+{%- endif -%}
+""".strip("\n")
+
+
+def build_tokenizer(corpus: Iterable[str], vocab_size: int = 1024, path: str | os.PathLike | None = None,
+                    ) -> PreTrainedTokenizerFast:
+  """Trains the byte-level BPE on ``corpus`` (deterministic for a given corpus order).
+
+  vocab_size: the total size including the 256 byte symbols and the 9 special/markup
+    tokens (at least 512). path: if given, the tokenizer (``tokenizer.json``,
+    ``tokenizer_config.json`` with ``CHAT_TEMPLATE``) is saved there.
+  """
+  from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+  if int(vocab_size) < 512:
+    raise ValueError(f"vocab_size: expected >= 512 (256 byte symbols + merges), got {vocab_size}")
+  tok = Tokenizer(models.BPE())
+  tok.pre_tokenizer = pre_tokenizers.Sequence([
+    pre_tokenizers.Split(Regex(PRE_TOKENIZER_PATTERN), behavior="isolated"),
+    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+  ])
+  tok.decoder = decoders.ByteLevel()
+  n_added = len(SPECIAL_TOKENS) + len(MARKUP_TOKENS)
+  trainer = trainers.BpeTrainer(
+    vocab_size=int(vocab_size) - len(MARKUP_TOKENS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    special_tokens=list(SPECIAL_TOKENS), show_progress=False, min_frequency=2)
+  tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+  tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in MARKUP_TOKENS])
+  tok.train_from_iterator(list(corpus), trainer)
+  if tok.get_vocab_size() < 256 + n_added:
+    raise RuntimeError(f"tokenizer: expected >= {256 + n_added} tokens after training, got {tok.get_vocab_size()}")
+  fast = PreTrainedTokenizerFast(
+    tokenizer_object=tok, eos_token=END_OF_TURN, pad_token=PAD_TOKEN, unk_token=None, bos_token=None,
+    clean_up_tokenization_spaces=False, model_max_length=8192)
+  fast.chat_template = CHAT_TEMPLATE
+  if path is not None:
+    fast.save_pretrained(os.fspath(path))
+  return fast
