@@ -262,3 +262,23 @@ def test_overlong_llm_correction_is_counted_and_the_draft_kept(tok):
   groups, new, stats, *_ = _pipeline(tok, JudgeScript(corrector_json=long_json))
   assert stats.steps_flagged == 1 and stats.corrections_over_context == 1 and stats.corrections_applied == 0
   assert new[1] == groups[1]
+
+
+def test_templates_with_the_real_telecom_evidence():
+  from rti_jax.envs import telecom
+
+  task = next(iter(telecom.load_tasks().values()))
+  env = telecom.TelecomEnv()
+  msgs = env.reset(task)
+  ev = env.reward_evidence()
+  draft = '<tool_call>\n{"name": "toggle_data", "arguments": {}}\n</tool_call>'
+  ctx = StepContext(msgs[-1]["content"], tuple(m for m in msgs if m["role"] != "system"), draft,
+                    tuple(env.tool_schemas()), ev, "telecom")
+  judgement = ValidatorJudgement(False, ("USER_SIDE_DEVICE_ACTION",), "toggle_data is user-side", "Ask the user.")
+  v, c, r = validator_prompt(ctx), corrector_prompt(ctx, judgement), verifier_prompt(ctx, "Please turn data on.")
+  for p in (v, c, r):
+    assert not re.search(r"\$[a-z_]+", p)
+  assert ev["completion_note"] in v and json.dumps(ev["agent_actions"], ensure_ascii=False) in v
+  assert json.dumps(ev["user_actions"], ensure_ascii=False) in v
+  assert json.dumps(list(ev["user_side_tools"]), ensure_ascii=False) in v and "USER_SIDE_DEVICE_ACTIONS" in c
+  assert json.dumps(ev["evaluation_criteria"], ensure_ascii=False) in r  # the tau2 Verifier sees the criteria
