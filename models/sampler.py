@@ -174,7 +174,10 @@ def _check_ids(name: str, seqs: Sequence[Sequence[int]], vocab_size: int, allow_
     raise TypeError(f"{name}: expected a sequence of token-id sequences, got {type(seqs).__name__}")
   out = []
   for i, s in enumerate(seqs):
-    arr = np.asarray(s, dtype=np.int64).reshape(-1) if len(s) else np.zeros((0,), np.int64)
+    raw = np.asarray(s).reshape(-1) if len(s) else np.zeros((0,), np.int64)
+    if raw.size and not np.issubdtype(raw.dtype, np.integer):
+      raise ValueError(f"{name}[{i}]: expected integer token ids, got dtype {raw.dtype}")
+    arr = raw.astype(np.int64)
     if arr.size == 0 and not allow_empty:
       raise ValueError(f"{name}[{i}]: expected at least one token id, got an empty sequence")
     bad = (arr < 0) | (arr >= vocab_size)
@@ -228,6 +231,8 @@ class Sampler:
       i = int(np.argmax([len(r) for r in rows]))
       raise ValueError(f"prompts[{i}]: {len(rows[i])} tokens + max_new_tokens={max_new_tokens} "
                        f"exceed the cache (max_cache_len={self.max_cache_len})")
+    if not 0 <= int(pad_id) < self.config.vocab_size:
+      raise ValueError(f"pad_id: expected an id in [0, {self.config.vocab_size}), got {pad_id}")
     stops = [int(s) for s in stop_token_ids]
     if any(not 0 <= s < self.config.vocab_size for s in stops):
       raise ValueError(f"stop_token_ids: expected ids in [0, {self.config.vocab_size}), got {stops}")

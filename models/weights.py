@@ -12,6 +12,7 @@ and counted in ``LoadReport.replicated``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -222,23 +223,20 @@ def from_pretrained(path: str | os.PathLike, *, dtype: Any = jnp.float32,
     raise ValueError(f"checkpoint {path!r} is missing tensors: {missing[:10]}"
                      f"{' (and more)' if len(missing) > 10 else ''}")
 
-  handles: dict[str, Any] = {}
-  try:
+  with contextlib.ExitStack() as stack:
+    handles: dict[str, Any] = {}
     for hf, (flax_path, spec) in expected.items():
       var = leaves[flax_path]
       shape = tuple(var.shape)
       fname = files[hf]
       if fname not in handles:
-        handles[fname] = safe_open(fname, framework="numpy").__enter__()
+        handles[fname] = stack.enter_context(safe_open(fname, framework="numpy"))
       tensor = handles[fname].get_slice(hf)
       got = tuple(tensor.get_shape())
       want = _hf_shape(shape, spec)
       if got != want:
         raise ValueError(f"tensor {hf!r}: expected shape {want}, got {got}")
       var.set_value(_load_leaf(tensor, spec, shape, dt, mesh, rules, hf, report))
-  finally:
-    for h in handles.values():
-      h.__exit__(None, None, None)
   return nnx.merge(graphdef, state), config
 
 
@@ -289,15 +287,14 @@ def save_pretrained(model: Qwen, config: QwenConfig, path: str | os.PathLike, *,
   limit = _parse_size(max_shard_size)
   shards: list[dict[str, np.ndarray]] = [{}]
   shard_bytes = 0
-  out_dtype: Any = None
+  if dtype is not None and dtype not in _DTYPES:
+    raise ValueError(f"dtype: expected one of {sorted(_DTYPES)}, got {dtype!r}")
+  out_dtype: Any = _DTYPES[dtype] if dtype is not None else None
   for hf, flax_path, spec in expand_table(config):
     if flax_path not in leaves:
       raise ValueError(f"model has no parameter {'.'.join(map(str, flax_path))!r} for tensor {hf!r}")
     arr = np.asarray(jax.device_get(leaves[flax_path].get_value()))
-    if out_dtype is None:
-      out_dtype = _DTYPES[dtype] if dtype is not None else arr.dtype
-      if dtype is not None and dtype not in _DTYPES:
-        raise ValueError(f"dtype: expected one of {sorted(_DTYPES)}, got {dtype!r}")
+    out_dtype = arr.dtype if out_dtype is None else out_dtype
     arr = np.ascontiguousarray((arr.T if spec.transpose else arr).astype(out_dtype))
     if shards[-1] and shard_bytes + arr.nbytes > limit:
       shards.append({})

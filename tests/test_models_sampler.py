@@ -197,6 +197,8 @@ def test_no_recompilation_within_a_bucket(qwen3):
   ([[1]], {"top_p": 0.0}, "top_p"),
   ([[1]], {"stop_token_ids": [500], "max_new_tokens": 4}, "stop_token_ids"),
   ([], {}, "at least one prompt"),
+  ([[1]], {"pad_id": -1, "max_new_tokens": 4}, "pad_id"),
+  ([[1.5, 2]], {}, r"prompts\[0\].*integer"),
 ])
 def test_bad_generate_input_raises_clear_errors(qwen3, prompts, kw, needle):
   sampler, _ = qwen3

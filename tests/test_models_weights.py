@@ -173,3 +173,12 @@ def test_shard_on_load_over_8_host_devices(tmp_path):
                        text=True, env=env, timeout=300)
   assert res.returncode == 0, res.stderr[-3000:]
   assert "MESH-OK" in res.stdout
+
+
+def test_save_and_load_reject_an_unknown_dtype(tmp_path):
+  write_checkpoint(tmp_path / "in", "qwen3")
+  model, config = models.from_pretrained(tmp_path / "in")
+  with pytest.raises(ValueError, match="dtype: expected one of .*'int8'"):
+    models.save_pretrained(model, config, tmp_path / "out", dtype="int8")
+  with pytest.raises(ValueError, match="dtype: expected one of .*int8"):
+    models.from_pretrained(tmp_path / "in", dtype="int8")
