@@ -56,6 +56,9 @@ import numpy as np
 from rti_jax.objectives import group_advantages, ppl_gate, rti_loss, sequence_perplexity
 
 PAPER_KS = (1, 2, 3, 4)
+POLICY_METRICS = tuple([f"pass@{k}" for k in PAPER_KS] + [f"pass^{k}" for k in PAPER_KS]
+                       + ["group_success_pre", "group_success_post", "leak_mass", "all_fail_groups"])
+"""Metrics of the policy and the training batches (not intervention bookkeeping): equal for GRPO and delta = 0."""
 
 
 # ---------------------------------------------------------------------------------------
