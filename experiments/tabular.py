@@ -96,6 +96,7 @@ def run(config: TabularConfig, out_dir: str | pathlib.Path) -> dict[str, Any]:
   results = dict(config=dataclasses.asdict(config), summaries=summaries, orderings=checks, delta0_equals_grpo=identical,
                  curves=curves, train_wall_s=wall, wall_s=time.time() - start)
   reporting.write_json(out / "results.json", results)
+  results["history"] = hist  # per-seed arrays, returned to callers but not written to JSON
   print(f"wrote {out / 'results.json'} (training {wall:.1f} s incl. compilation, total {results['wall_s']:.1f} s)")
   return results
 

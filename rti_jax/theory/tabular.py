@@ -277,13 +277,18 @@ def intervene(theta: jax.Array, correct: jax.Array, rollout: jax.Array, key: jax
               ppl=jnp.max(jnp.where(mask, ppl, 0.0), -1))
 
 
-def rti_iteration(policy: dict[str, jax.Array], key: jax.Array, params: Mapping[str, jax.Array],
-                  correct: jax.Array, world: TabularWorld, train: TrainConfig
-                  ) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
-  """One RTI (or GRPO) iteration for all tasks. policy: see ``policy_logits`` -> (new policy, metrics)."""
-  theta = policy_logits(policy)
+def collect_batch(theta: jax.Array, key: jax.Array, params: Mapping[str, jax.Array], correct: jax.Array,
+                  world: TabularWorld, group_size: int) -> dict[str, jax.Array]:
+  """Rollouts -> rewards -> intervention (all-fail groups only) -> the Eq. 7 training batch.
+
+  theta: [M, H, V+1] logits of the rollout policy. Returns, with B = M * G rows of H tokens:
+  ``tokens: [M, G, H]``, ``rewards: [B]``, ``advantages: [B]`` (Eq. 1), ``old_logp: [B, H]``
+  (rollout policy, also Eq. 5's pi_roll), ``cal_logp: [B, H]`` (Eq. 5's pi_cal),
+  ``weight_mask: [B, H]`` (intervened tokens that get the Eq. 6 weight), and the per-group
+  bookkeeping ``all_fail, accepted, leaked, verified, gated: [M]``, ``ppl: [M]``.
+  """
   m, h = correct.shape
-  g = train.group_size
+  g = group_size
   k_roll, k_int = jax.random.split(key)
   tokens = jax.random.categorical(k_roll, theta[:, None], shape=(m, g, h))  # [M, G, H]
   success = jnp.all(tokens == correct[:, None], -1)  # LEAK never equals a correct action
@@ -293,42 +298,66 @@ def rti_iteration(policy: dict[str, jax.Array], key: jax.Array, params: Mapping[
   tokens = tokens.at[:, 0].set(jnp.where(accepted[:, None], fix["tokens"], tokens[:, 0]))
   rewards = success.at[:, 0].set(success[:, 0] | accepted).astype(jnp.float32)
   imask = jnp.zeros((m, g, h), bool).at[:, 0].set(accepted[:, None] & fix["mask"])
-
   b = m * g
-  adv = group_advantages(rewards.reshape(b), g)  # Eq. 1
-  old_logp = _token_logp(theta, tokens).reshape(b, h)
   written = jax.nn.one_hot(tokens, theta.shape[-1])  # [M, G, H, V+1]
   cal_logits = theta[:, None] + params["kappa"] * written
-  cal_logp = jnp.sum(jax.nn.log_softmax(cal_logits, -1) * written, -1).reshape(b, h)
-  weight_mask = (imask.reshape(b, h) & (params["reweight"] > 0)).astype(jnp.float32)
-  loss_mask = jnp.ones((b, h), jnp.float32)
+  return dict(
+      tokens=tokens, rewards=rewards.reshape(b), advantages=group_advantages(rewards.reshape(b), g),
+      old_logp=_token_logp(theta, tokens).reshape(b, h),
+      cal_logp=jnp.sum(jax.nn.log_softmax(cal_logits, -1) * written, -1).reshape(b, h),
+      weight_mask=(imask.reshape(b, h) & (params["reweight"] > 0)).astype(jnp.float32),
+      all_fail=all_fail, accepted=accepted, leaked=fix["leaked"], verified=fix["verified"], gated=fix["gated"],
+      ppl=fix["ppl"])
 
-  def loss_fn(pol: dict[str, jax.Array]) -> jax.Array:
-    logp = _token_logp(policy_logits(pol), tokens).reshape(b, h)
-    # Eq. 7; the intervened rows' behaviour log-probs are the rollout policy's (Eq. 5's pi_roll).
-    loss = rti_loss(logp, old_logp, adv, loss_mask, cal_logp, old_logp, weight_mask,
-                    eps_cal=params["eps_cal"], clip_low=train.eps_clip, clip_high=train.eps_clip)
-    return loss * m  # per-task sum: each task's step does not depend on the number of tasks
 
+def batch_loss(policy: Mapping[str, jax.Array], batch: Mapping[str, jax.Array], eps_cal: jax.Array | float,
+               eps_clip: float) -> jax.Array:
+  """The library's Eq. 7 ``rti_loss`` on the batch, times M (a per-task sum, so a task's step
+  does not depend on the number of tasks). policy: see ``policy_logits``. Returns a scalar."""
+  tokens = batch["tokens"]
+  m = tokens.shape[0]
+  b, h = batch["old_logp"].shape
+  logp = _token_logp(policy_logits(policy), tokens).reshape(b, h)
+  loss = rti_loss(logp, batch["old_logp"], batch["advantages"], jnp.ones((b, h), jnp.float32), batch["cal_logp"],
+                  batch["old_logp"], batch["weight_mask"], eps_cal=eps_cal, clip_low=eps_clip, clip_high=eps_clip)
+  return loss * m
+
+
+def policy_update(policy: dict[str, jax.Array], batch: Mapping[str, jax.Array], eps_cal: jax.Array | float,
+                  train: TrainConfig) -> dict[str, jax.Array]:
+  """``n_epochs`` SGD steps on ``batch_loss`` (old_logp fixed: the Eq. 2 clip acts from epoch 2).
+
+  The shared table's learning rate is ``lr * shared_lr_scale``.
+  """
   lrs = dict(task=train.lr, shared=train.lr * train.shared_lr_scale)
-  new = policy
+  new = dict(policy)
   for _ in range(train.n_epochs):
-    grads = jax.grad(loss_fn)(new)
+    grads = jax.grad(batch_loss)(new, batch, eps_cal, train.eps_clip)
     new = {k: new[k] - lrs[k] * grads[k] for k in new}
+  return new
 
+
+def rti_iteration(policy: dict[str, jax.Array], key: jax.Array, params: Mapping[str, jax.Array],
+                  correct: jax.Array, world: TabularWorld, train: TrainConfig
+                  ) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
+  """One RTI (or GRPO) iteration for all tasks: ``collect_batch`` then ``policy_update``.
+
+  policy: see ``policy_logits``. Returns (new policy, metrics of this iteration).
+  """
+  batch = collect_batch(policy_logits(policy), key, params, correct, world, train.group_size)
+  new = policy_update(policy, batch, params["eps_cal"], train)
   new_logits = policy_logits(new)
-  p_eval = success_probability(new_logits, correct)
-  n_all_fail = jnp.sum(all_fail)
+  all_fail, accepted = batch["all_fail"], batch["accepted"]
   tried = (params["enabled"] > 0) & all_fail
   metrics = dict(
-      **exact_pass_metrics(p_eval),
+      **exact_pass_metrics(success_probability(new_logits, correct)),
       group_success_pre=jnp.mean(~all_fail), group_success_post=jnp.mean(~all_fail | accepted),
-      triggered=jnp.sum(tried), accepted=jnp.sum(accepted), leaks_accepted=jnp.sum(accepted & fix["leaked"]),
-      verifier_rejected=jnp.sum(tried & ~fix["verified"]),
-      gate_rejected=jnp.sum(tried & fix["verified"] & ~fix["gated"]),
-      accepted_ppl=jnp.sum(jnp.where(accepted, fix["ppl"], 0.0)) / jnp.maximum(jnp.sum(accepted), 1),
+      triggered=jnp.sum(tried), accepted=jnp.sum(accepted), leaks_accepted=jnp.sum(accepted & batch["leaked"]),
+      verifier_rejected=jnp.sum(tried & ~batch["verified"]),
+      gate_rejected=jnp.sum(tried & batch["verified"] & ~batch["gated"]),
+      accepted_ppl=jnp.sum(jnp.where(accepted, batch["ppl"], 0.0)) / jnp.maximum(jnp.sum(accepted), 1),
       leak_mass=jnp.mean(jax.nn.softmax(new_logits, -1)[:, 0, world.leak_token]),
-      all_fail_groups=n_all_fail,
+      all_fail_groups=jnp.sum(all_fail),
   )
   return new, metrics
 
