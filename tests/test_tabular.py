@@ -118,8 +118,11 @@ def test_leaking_correction_writes_shortcut_and_verifier_catches_it():
 
 
 def _numpy_update(policy: dict[str, np.ndarray], batch: dict[str, np.ndarray], eps_cal: float,
-                  train: TB.TrainConfig) -> dict[str, np.ndarray]:
-  """Independent re-derivation of the Eq. 7 gradient step for a tabular softmax, in float64."""
+                  train: TB.TrainConfig) -> tuple[dict[str, np.ndarray], int]:
+  """Independent re-derivation of the Eq. 7 gradient steps for a tabular softmax, in float64.
+
+  Returns the new policy and the number of (token, epoch) pairs the Eq. 2 clip zeroed.
+  """
   task, shared = policy["task"].astype(np.float64), policy["shared"].astype(np.float64)
   tokens = batch["tokens"]
   m, g, h = tokens.shape
@@ -128,6 +131,7 @@ def _numpy_update(policy: dict[str, np.ndarray], batch: dict[str, np.ndarray], e
   old = batch["old_logp"].reshape(m, g, h)
   w = np.where(batch["weight_mask"].reshape(m, g, h) > 0,
                np.clip(np.exp(batch["cal_logp"].reshape(m, g, h) - old), 1 - eps_cal, 1 + eps_cal), 1.0)
+  n_clipped = 0
   for _ in range(train.n_epochs):
     pi = _softmax(task + shared[None])  # [M, H, V+1]
     grad = np.zeros_like(task)
@@ -136,13 +140,14 @@ def _numpy_update(policy: dict[str, np.ndarray], batch: dict[str, np.ndarray], e
       ratio = np.exp(np.log(pi[i, t, a]) - old[i, j, t])
       clipped = (adv[i, j] > 0 and ratio > 1 + train.eps_clip) or (adv[i, j] < 0 and ratio < 1 - train.eps_clip)
       if clipped:
+        n_clipped += 1
         continue
       dlogp = -pi[i, t].copy()
       dlogp[a] += 1.0
       grad[i, t] += -(m / (b * h)) * w[i, j, t] * adv[i, j] * ratio * dlogp
     task = task - train.lr * grad
     shared = shared - train.lr * train.shared_lr_scale * grad.sum(0)
-  return dict(task=task, shared=shared)
+  return dict(task=task, shared=shared), n_clipped
 
 
 @pytest.mark.parametrize("n_epochs", [1, 3])
@@ -160,7 +165,8 @@ def test_policy_update_matches_numpy_eq7_gradient_steps(n_epochs):
   got = jax.jit(lambda p, bt: TB.policy_update(p, bt, params["eps_cal"], train))(policy, batch)
   npb = jax.tree.map(np.asarray, batch)
   assert npb["weight_mask"].sum() > 0  # the test exercises intervened rows
-  want = _numpy_update(jax.tree.map(np.asarray, policy), npb, 0.2, train)
+  want, n_clipped = _numpy_update(jax.tree.map(np.asarray, policy), npb, 0.2, train)
+  assert (n_clipped > 0) == (n_epochs > 1)  # epoch 1 has ratio 1; later epochs hit the clip
   for k in ("task", "shared"):
     np.testing.assert_allclose(np.asarray(got[k]), want[k], atol=2e-5)
   moved = np.abs(np.asarray(got["task"]) - np.asarray(policy["task"])).max()
