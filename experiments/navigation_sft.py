@@ -37,6 +37,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--epochs", type=float, default=None)
   p.add_argument("--hidden", type=int, default=None)
   p.add_argument("--layers", type=int, default=None)
+  p.add_argument("--heads", type=int, default=2)
+  p.add_argument("--head-dim", type=int, default=32)
   p.add_argument("--lr", type=float, default=3e-3)
   p.add_argument("--tokens-per-batch", type=int, default=8192)
   p.add_argument("--resolve-share", type=float, default=0.06,
@@ -49,11 +51,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.epochs = 1.0 if args.epochs is None else args.epochs
     args.hidden = args.hidden or 32
     args.layers = args.layers or 2
+    args.head_dim = 16
     args.eval_tasks = 2 if args.eval_tasks is None else args.eval_tasks
     args.eval_samples = min(args.eval_samples, 2)
   args.epochs = 2.0 if args.epochs is None else args.epochs
   args.hidden = args.hidden or 128
-  args.layers = args.layers or 4
+  args.layers = args.layers or 3
   args.eval_tasks = 16 if args.eval_tasks is None else args.eval_tasks
   if args.policy_dir is None:
     args.policy_dir = os.path.join(args.out, "policy") if args.quick else str(DEFAULT_POLICY_DIR)
@@ -108,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
   log = lambda s: print(s, flush=True)  # noqa: E731
   bench = nav.load_benchmark("tiny")
   env = nav.NavigationEnv(bench.world)
-  train_tasks = bench.train[:40] if args.quick else bench.train
+  train_tasks = bench.train[:16] if args.quick else bench.train
 
   # Tokenizer: trained on train-split transcripts plus every benchmark token.
   tok = build_tokenizer(sft_data.corpus_texts(train_tasks, env) + list(nav.vocabulary()), 1024)
@@ -120,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
 
   pad_id, eos_id = tok.convert_tokens_to_ids(PAD_TOKEN), tok.convert_tokens_to_ids(END_OF_TURN)
   mcfg = sft.tiny_qwen3_config(len(tok), hidden_size=args.hidden, num_layers=args.layers,
-                               num_heads=4 if args.hidden >= 64 else 2, num_kv_heads=2,
-                               intermediate_size=3 * args.hidden, pad_token_id=pad_id, eos_token_id=eos_id)
+                               num_heads=args.heads, num_kv_heads=1, head_dim=args.head_dim,
+                               intermediate_size=2 * args.hidden, pad_token_id=pad_id, eos_token_id=eos_id)
   model = Qwen(mcfg, rngs=nnx.Rngs(args.seed))
   n_params = sft.count_params(model)
   log(f"model: qwen3 hidden {mcfg.hidden_size}, {mcfg.num_layers} layers, vocab {mcfg.vocab_size}, {n_params} params")

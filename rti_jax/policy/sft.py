@@ -26,21 +26,19 @@ from models.qwen import Qwen
 from rti_jax.policy.sft_data import SFTExample
 
 
-def tiny_qwen3_config(vocab_size: int, *, hidden_size: int = 128, num_layers: int = 4, num_heads: int = 4,
-                      num_kv_heads: int = 2, intermediate_size: int = 384, max_position_embeddings: int = 4096,
-                      pad_token_id: int = 0, eos_token_id: int = 0) -> QwenConfig:
-  """A Qwen3 config (qk-norm, GQA, SwiGLU, RoPE, tied embeddings) of a few hundred K params.
+def tiny_qwen3_config(vocab_size: int, *, hidden_size: int = 128, num_layers: int = 3, num_heads: int = 2,
+                      num_kv_heads: int = 1, head_dim: int = 32, intermediate_size: int = 256,
+                      max_position_embeddings: int = 4096, pad_token_id: int = 0, eos_token_id: int = 0) -> QwenConfig:
+  """A Qwen3 config (qk-norm, GQA, SwiGLU, RoPE, tied embeddings) of about 0.5M params.
 
   vocab_size is rounded up to a multiple of 64 (extra rows are never produced by the tokenizer).
   """
   if vocab_size < 1:
     raise ValueError(f"vocab_size: expected >= 1, got {vocab_size}")
-  if hidden_size % num_heads:
-    raise ValueError(f"hidden_size: expected a multiple of num_heads={num_heads}, got {hidden_size}")
   return QwenConfig(
     model_type="qwen3", vocab_size=-(-int(vocab_size) // 64) * 64, hidden_size=hidden_size,
     intermediate_size=intermediate_size, num_layers=num_layers, num_heads=num_heads, num_kv_heads=num_kv_heads,
-    head_dim=hidden_size // num_heads, rope_theta=10000.0, tie_word_embeddings=True,
+    head_dim=head_dim, rope_theta=10000.0, tie_word_embeddings=True,
     max_position_embeddings=max_position_embeddings,
     hf_extra=(("bos_token_id", None), ("eos_token_id", int(eos_token_id)), ("pad_token_id", int(pad_token_id))))
 

@@ -74,9 +74,9 @@ class MixConfig:
   """
 
   resolve_share: float = 0.06
-  continue_share: float = 0.5
-  correction_share: float = 1.0
-  perturb_share: float = 0.25
+  continue_share: float = 0.35
+  correction_share: float = 0.6
+  perturb_share: float = 0.15
   seed: int = 0
 
   def __post_init__(self) -> None:

@@ -1,0 +1,39 @@
+"""``--exp=navigation_sft --quick``: the whole build writes a loadable checkpoint and the run files."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from rti_jax.policy.tokenizer import CHAT_TEMPLATE
+
+
+def test_quick_build_writes_checkpoint_metrics_and_plot(tmp_path):
+  sys.path.insert(0, "experiments")
+  import navigation_sft
+
+  out = tmp_path / "run"
+  assert navigation_sft.main(["--quick", "--no-eval", "--out", str(out), "--epochs", "0.5"]) == 0
+  metrics = json.loads((out / "metrics.json").read_text())
+  assert (out / "loss.png").stat().st_size > 1000
+  assert metrics["sft"]["steps"] == len(metrics["sft"]["losses"]) >= 2
+  assert all(np.isfinite(metrics["sft"]["losses"]))
+  assert metrics["data"]["kinds"]["plain"] + metrics["data"]["kinds"]["trusting"] == 16
+  policy = out / "policy"
+  from transformers import AutoModelForCausalLM, AutoTokenizer
+
+  tok = AutoTokenizer.from_pretrained(str(policy), local_files_only=True)
+  assert tok.chat_template == CHAT_TEMPLATE
+  hf = AutoModelForCausalLM.from_pretrained(str(policy), local_files_only=True)
+  assert hf.config.model_type == "qwen3" and hf.config.vocab_size >= len(tok)
+
+
+def test_unknown_option_is_rejected():
+  sys.path.insert(0, "experiments")
+  import navigation_sft
+
+  with pytest.raises(SystemExit):
+    navigation_sft.main(["--no-such-option"])
