@@ -112,12 +112,14 @@ def run(config: TheoremConfig, out_dir: str | pathlib.Path) -> dict[str, Any]:
       r = T.simulate(problem, upd, config.surcharge_iters, n_seeds=config.n_seeds, seed=config.seed)
       realised = T.intervention_surcharge(r["smooth_l"], lam, r["cal_sq_sum"])
       surcharge.append(dict(lam=lam, eps_cal=eps_cal, surcharge=r["surcharge"], realised_surcharge=realised,
-                            bound=r["bound"], min_grad_sq=r["min_grad_sq"], gap=r["j_star"] - r["j0"]))
+                            bound=r["bound"], min_grad_sq=r["min_grad_sq"], gap=r["j_star"] - r["j0"],
+                            align_const=r["align_const"], holds_8=r["holds_8"]))
       sur_rows.append([eps_cal, lam, f"{r['surcharge']:.4f}", f"{realised:.4f}", f"{r['bound']:.4f}",
-                       f"{r['min_grad_sq']:.3e}"])
+                       f"{r['min_grad_sq']:.3e}", f"{r['align_const']:.3f}"])
   reporting.print_table(f"Eq. 23 surcharge L/2 lam D_cal^2 (K={config.surcharge_iters}; realised uses the measured "
                         "sum_k ||dtheta_cal||^2)",
-                        ["eps_cal", "lam", "L/2 lam D^2", "realised", "Eq.10 bound", "min E|gJ|^2"], sur_rows)
+                        ["eps_cal", "lam", "L/2 lam D^2", "realised", "Eq.10 bound", "min E|gJ|^2", "align(8)"],
+                        sur_rows)
 
   _plots(out, config, sweeps, surcharge)
   results = dict(config=dataclasses.asdict(config), constants=constants, sweeps=sweeps, slopes=slopes,

@@ -176,6 +176,12 @@ def test_bad_arguments_raise_named_errors():
     T.BanditProblem(mu=0.0)
   with pytest.raises(ValueError, match="lam"):
     T.TheoremConstants(smooth_l=1.0, sigma=1.0, gap=1.0, lam=1.0, eps_clip=0.2, eps_cal=0.2, eta=1.0)
+  with pytest.raises(ValueError, match="eps_cal"):
+    T.UpdateConfig(eps_cal=0.0)
+  with pytest.raises(ValueError, match="lam"):
+    T.UpdateConfig(lam=1.0)
+  with pytest.raises(ValueError, match="eta"):
+    T.UpdateConfig(eta=-1.0)
   with pytest.raises(ValueError, match="num_iters"):
     T.simulate(T.BanditProblem(), T.UpdateConfig(), 0)
   with pytest.raises(ValueError, match="group_size"):

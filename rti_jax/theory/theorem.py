@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rti_jax.objectives import calibration_weights, group_advantages, grpo_loss, rti_loss
+from rti_jax.objectives import group_advantages, grpo_loss, rti_loss
 
 SQRT2 = math.sqrt(2.0)
 
@@ -271,6 +271,16 @@ class UpdateConfig:
   group_size: int = 8
   kappa: float = 1.0
 
+  def __post_init__(self) -> None:
+    for name, lo, hi in (("lam", 0.0, 1.0), ("eps_clip", 0.0, 1.0), ("eps_cal", 0.0, 1.0)):
+      v = getattr(self, name)
+      if not (isinstance(v, (int, float)) and lo <= v < hi and (name == "lam" or v > 0)):
+        raise ValueError(f"{name}: expected a number in {'[' if name == 'lam' else '('}{lo}, {hi}), got {v!r}")
+    if not (isinstance(self.eta, (int, float)) and self.eta > 0 and math.isfinite(self.eta)):
+      raise ValueError(f"eta: expected a finite number > 0, got {self.eta!r}")
+    if not (isinstance(self.kappa, (int, float)) and math.isfinite(self.kappa)):
+      raise ValueError(f"kappa: expected a finite number, got {self.kappa!r}")
+
 
 def on_policy_direction(theta: jax.Array, key: jax.Array, success_prob: jax.Array, mu: float,
                         group_size: int, eps_clip: float) -> jax.Array:
@@ -433,11 +443,3 @@ def sweep_iterations(problem: BanditProblem, update: UpdateConfig, iters: Any, *
                      seed: int = 0) -> list[dict[str, float]]:
   """``simulate`` at each K in ``iters`` (alpha = c / sqrt(K) each time)."""
   return [simulate(problem, update, int(k), n_seeds=n_seeds, seed=seed) for k in iters]
-
-
-def calibration_weight_of_best(theta: jax.Array, best_arm: int, eps_cal: float, kappa: float) -> jax.Array:
-  """Eq. 6 weight of the intervened best-arm pull (for reporting). theta: [A] -> scalar."""
-  boost = kappa * jax.nn.one_hot(best_arm, theta.shape[0])
-  cal = jax.nn.log_softmax(theta + boost)[best_arm].reshape(1, 1)
-  roll = jax.nn.log_softmax(theta)[best_arm].reshape(1, 1)
-  return calibration_weights(cal, roll, jnp.ones((1, 1)), eps_cal=eps_cal)[0, 0]
