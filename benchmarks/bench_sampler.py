@@ -32,7 +32,7 @@ SIZES = {
   # a tiny policy: ~0.9 M parameters (tied embeddings)
   "tiny": dict(vocab_size=1024, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
                num_attention_heads=4, num_key_value_heads=2, head_dim=32),
-  # a small one: ~25 M parameters (tied embeddings)
+  # a small one: ~29 M parameters (tied embeddings)
   "small": dict(vocab_size=8192, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
                 num_attention_heads=8, num_key_value_heads=4, head_dim=64),
 }
