@@ -68,9 +68,10 @@ def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.A
 class Attention(nnx.Module):
   """Grouped-query attention with optional q/k/v bias and q/k RMSNorm (Qwen3)."""
 
-  def __init__(self, config: QwenConfig, *, dtype: jnp.dtype, param_dtype: jnp.dtype, rngs: nnx.Rngs):
+  def __init__(self, config: QwenConfig, *, dtype: jnp.dtype, param_dtype: jnp.dtype,
+               precision: jax.lax.Precision, rngs: nnx.Rngs):
     c = config
-    lin = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs,
+    lin = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs, precision=precision,
                kernel_init=nnx.initializers.normal(0.02))
     self.q_proj = nnx.Linear(c.hidden_size, c.num_heads * c.head_dim, use_bias=c.qkv_bias, **lin)
     self.k_proj = nnx.Linear(c.hidden_size, c.num_kv_heads * c.head_dim, use_bias=c.qkv_bias, **lin)
@@ -81,6 +82,7 @@ class Attention(nnx.Module):
       self.k_norm = RMSNorm(c.head_dim, c.rms_norm_eps, param_dtype=param_dtype)
     self.qk_norm = c.qk_norm
     self.num_heads, self.num_kv_heads, self.head_dim = c.num_heads, c.num_kv_heads, c.head_dim
+    self.precision = precision
 
   def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array, inv_freq: jax.Array,
                cache: LayerCache | None = None, cache_index: jax.Array | None = None,
@@ -108,11 +110,12 @@ class Attention(nnx.Module):
       new_cache = LayerCache(k, v)
     groups = self.num_heads // self.num_kv_heads
     q = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim).transpose(0, 2, 3, 1, 4)
-    scores = jnp.einsum("bkgtd,bksd->bkgts", q, k, preferred_element_type=jnp.float32)
+    scores = jnp.einsum("bkgtd,bksd->bkgts", q, k, preferred_element_type=jnp.float32,
+                        precision=self.precision)
     scores = scores * (self.head_dim ** -0.5)
     scores = jnp.where(mask[:, None, None, :, :], scores, _MASK_VALUE)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bksd->bkgtd", probs, v)  # [B, Kv, G, T, D]
+    out = jnp.einsum("bkgts,bksd->bkgtd", probs, v, precision=self.precision)  # [B, Kv, G, T, D]
     out = out.transpose(0, 3, 1, 2, 4).reshape(b, t, self.num_heads * self.head_dim)
     return self.o_proj(out), new_cache
 
@@ -120,8 +123,9 @@ class Attention(nnx.Module):
 class MLP(nnx.Module):
   """SwiGLU: down(silu(gate(x)) * up(x))."""
 
-  def __init__(self, config: QwenConfig, *, dtype: jnp.dtype, param_dtype: jnp.dtype, rngs: nnx.Rngs):
-    lin = dict(use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
+  def __init__(self, config: QwenConfig, *, dtype: jnp.dtype, param_dtype: jnp.dtype,
+               precision: jax.lax.Precision, rngs: nnx.Rngs):
+    lin = dict(use_bias=False, dtype=dtype, param_dtype=param_dtype, rngs=rngs, precision=precision,
                kernel_init=nnx.initializers.normal(0.02))
     self.gate_proj = nnx.Linear(config.hidden_size, config.intermediate_size, **lin)
     self.up_proj = nnx.Linear(config.hidden_size, config.intermediate_size, **lin)
@@ -134,11 +138,13 @@ class MLP(nnx.Module):
 class DecoderLayer(nnx.Module):
   """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
-  def __init__(self, config: QwenConfig, *, dtype: jnp.dtype, param_dtype: jnp.dtype, rngs: nnx.Rngs):
+  def __init__(self, config: QwenConfig, *, dtype: jnp.dtype, param_dtype: jnp.dtype,
+               precision: jax.lax.Precision, rngs: nnx.Rngs):
+    kw = dict(dtype=dtype, param_dtype=param_dtype, precision=precision, rngs=rngs)
     self.input_norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
-    self.attn = Attention(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.attn = Attention(config, **kw)
     self.post_attn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
-    self.mlp = MLP(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.mlp = MLP(config, **kw)
 
   def __call__(self, x, positions, mask, inv_freq, cache=None, cache_index=None):
     h, new_cache = self.attn(self.input_norm(x), positions, mask, inv_freq, cache, cache_index)
@@ -158,16 +164,28 @@ def causal_padding_mask(attention_mask: jax.Array) -> jax.Array:
   return causal[None] & attention_mask.astype(bool)[:, None, :]
 
 
+def default_precision(dtype: jnp.dtype) -> jax.lax.Precision:
+  """HIGHEST for fp32 (true fp32 matmuls, as torch computes them; no TF32 on GPUs), else DEFAULT."""
+  return jax.lax.Precision.HIGHEST if jnp.dtype(dtype) == jnp.float32 else jax.lax.Precision.DEFAULT
+
+
 class Qwen(nnx.Module):
-  """The causal LM. Parameters in ``param_dtype``, activations in ``dtype``, logits in fp32."""
+  """The causal LM. Parameters in ``param_dtype``, activations in ``dtype``, logits in fp32.
+
+  precision: matmul precision; default :func:`default_precision` of ``dtype``.
+  """
 
   def __init__(self, config: QwenConfig, *, dtype: jnp.dtype = jnp.float32,
-               param_dtype: jnp.dtype = jnp.float32, rngs: nnx.Rngs):
+               param_dtype: jnp.dtype = jnp.float32, precision: jax.lax.Precision | None = None,
+               rngs: nnx.Rngs):
+    precision = default_precision(dtype) if precision is None else precision
+    self.precision = precision
     self.config = config
     self.embed = nnx.Embed(config.vocab_size, config.hidden_size, dtype=dtype,
                            param_dtype=param_dtype, rngs=rngs,
                            embedding_init=nnx.initializers.normal(0.02))
-    self.layers = nnx.List([DecoderLayer(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.layers = nnx.List([DecoderLayer(config, dtype=dtype, param_dtype=param_dtype,
+                                         precision=precision, rngs=rngs)
                             for _ in range(config.num_layers)])
     self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
     if not config.tie_word_embeddings:
@@ -209,9 +227,11 @@ class Qwen(nnx.Module):
     """h: [..., E] -> logits [..., V] in fp32 (fp32 accumulation even for bf16 weights)."""
     if self.config.tie_word_embeddings:
       w = self.embed.embedding[...]
-      return jnp.einsum("...e,ve->...v", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
+      return jnp.einsum("...e,ve->...v", h, w.astype(h.dtype), preferred_element_type=jnp.float32,
+                        precision=self.precision)
     w = self.lm_head[...]
-    return jnp.einsum("...e,ev->...v", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
+    return jnp.einsum("...e,ev->...v", h, w.astype(h.dtype), preferred_element_type=jnp.float32,
+                      precision=self.precision)
 
   def init_cache(self, batch: int, length: int, dtype: jnp.dtype | None = None) -> list[LayerCache]:
     """An empty KV cache: per layer k, v zeros [batch, num_kv_heads, length, head_dim]."""

@@ -174,16 +174,18 @@ def partition_spec(spec: WeightSpec, shape: tuple[int, ...], mesh: Mesh,
   return PartitionSpec(*out), fell_back
 
 
-def abstract_model(config: QwenConfig, dtype: Any = jnp.float32,
-                   param_dtype: Any | None = None) -> Qwen:
+def abstract_model(config: QwenConfig, dtype: Any = jnp.float32, param_dtype: Any | None = None,
+                   precision: jax.lax.Precision | None = None) -> Qwen:
   """The model with ShapeDtypeStruct leaves (no memory), via ``nnx.eval_shape``."""
   dt = _resolve_dtype(dtype)
   pdt = _resolve_dtype(param_dtype) if param_dtype is not None else dt
-  return nnx.eval_shape(lambda: Qwen(config, dtype=dt, param_dtype=pdt, rngs=nnx.Rngs(0)))
+  return nnx.eval_shape(
+    lambda: Qwen(config, dtype=dt, param_dtype=pdt, precision=precision, rngs=nnx.Rngs(0)))
 
 
 def from_pretrained(path: str | os.PathLike, *, dtype: Any = jnp.float32,
                     mesh: Mesh | None = None, rules: dict[str, str | None] | None = None,
+                    precision: jax.lax.Precision | None = None,
                     report: LoadReport | None = None) -> tuple[Qwen, QwenConfig]:
   """Loads a local HF Qwen2/Qwen3 checkpoint into a Flax model.
 
@@ -192,6 +194,8 @@ def from_pretrained(path: str | os.PathLike, *, dtype: Any = jnp.float32,
   mesh: if given, each parameter is created directly with its ``NamedSharding`` (per-shard
     reads from the safetensors file; no device ever holds the whole model).
   rules: logical axis -> mesh axis, default :data:`DEFAULT_SHARDING_RULES`.
+  precision: matmul precision; default HIGHEST for float32 (matches torch's fp32 numbers on
+    GPUs too, where the default would use TF32), DEFAULT for bf16 / fp16.
   report: filled with ignored tensors and replicated fallbacks.
 
   Raises ValueError naming the tensor on a missing, unexpected or mis-shaped key.
@@ -201,7 +205,7 @@ def from_pretrained(path: str | os.PathLike, *, dtype: Any = jnp.float32,
   rules = DEFAULT_SHARDING_RULES if rules is None else rules
   report = report if report is not None else LoadReport()
   dt = _resolve_dtype(dtype)
-  model = abstract_model(config, dt)
+  model = abstract_model(config, dt, precision=precision)
   graphdef, state = nnx.split(model)
   leaves = dict(nnx.to_flat_state(state))
   files = _checkpoint_files(path)

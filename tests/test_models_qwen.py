@@ -79,3 +79,14 @@ def test_bf16_model_keeps_fp32_logits_close_to_fp32(tmp_path):
   real = mask.astype(bool)
   rel = np.abs(np.asarray(b) - a)[real].max() / np.abs(a).max()
   assert rel < 0.1
+
+
+def test_fp32_models_use_highest_matmul_precision(tmp_path):
+  """So fp32 log-probs match torch on GPUs as well (no TF32)."""
+  import jax
+  write_checkpoint(tmp_path, "qwen2")
+  m32, _ = models.from_pretrained(tmp_path)
+  m16, _ = models.from_pretrained(tmp_path, dtype="bfloat16")
+  assert m32.layers[0].attn.q_proj.precision == jax.lax.Precision.HIGHEST
+  assert m32.layers[1].mlp.down_proj.precision == jax.lax.Precision.HIGHEST
+  assert m16.layers[0].attn.q_proj.precision == jax.lax.Precision.DEFAULT
