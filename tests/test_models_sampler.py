@@ -82,6 +82,19 @@ def test_score_handles_mixed_lengths_and_empty_responses(qwen3):
   assert models.sampler.score(sampler_model(sampler), prompts, responses)[1].shape == (4,)
 
 
+def test_score_of_long_sequences_uses_chunks_and_stays_exact(qwen3):
+  """600 tokens -> a 1024 bucket scored in two 512-step logit chunks."""
+  _, ref = qwen3
+  sampler = Sampler(sampler_model(qwen3[0]), max_cache_len=1024)
+  rng = np.random.default_rng(0)
+  prompt, response = rng.integers(0, 96, 100).tolist(), rng.integers(0, 96, 500).tolist()
+  got = sampler.score([prompt], [response])[0]
+  with torch.no_grad():
+    full = ref(input_ids=torch.tensor([prompt + response])).logits[0].log_softmax(-1).numpy()
+  want = full[np.arange(99, 599), response]
+  assert got.shape == (500,) and np.abs(got - want).max() <= 1e-4
+
+
 def sampler_model(sampler):
   from flax import nnx
   return nnx.merge(sampler.graphdef, sampler.state)

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -157,6 +158,10 @@ _MESH_SCRIPT = textwrap.dedent("""
   ids, mask, want = batch["ids"], batch["mask"], batch["logits"]
   got = np.asarray(jax.jit(lambda m, i, k: m(i, k))(model, ids, mask))
   assert np.abs(got - want)[mask.astype(bool)].max() <= 1e-5
+  from models.sampler import Sampler
+  out = Sampler(model).generate([[5, 6, 7], [1]], key=jax.random.key(0), max_new_tokens=6,
+                                temperature=0.0)
+  np.testing.assert_array_equal(np.stack(out.tokens), batch["greedy"])
   print("MESH-OK", n_split)
 """)
 
@@ -166,7 +171,10 @@ def test_shard_on_load_over_8_host_devices(tmp_path):
   write_checkpoint(tmp_path, "qwen3")
   ids, mask = padded_batch()
   plain, _ = models.from_pretrained(tmp_path)
-  np.savez(tmp_path / "batch.npz", ids=ids, mask=mask, logits=_flax_logits(plain, ids, mask))
+  greedy = models.Sampler(plain).generate([[5, 6, 7], [1]], key=jax.random.key(0), max_new_tokens=6,
+                                         temperature=0.0)
+  np.savez(tmp_path / "batch.npz", ids=ids, mask=mask, logits=_flax_logits(plain, ids, mask),
+           greedy=np.stack(greedy.tokens))
   script = _MESH_SCRIPT.format(root=ROOT)
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   res = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
