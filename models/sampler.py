@@ -7,8 +7,9 @@ new-token count are rounded up to powers of two, so a rollout loop does not reco
   decode with per-row early stop; returns the sampled ids and, for each id, its
   log-prob under the policy (``log softmax(logits)``, temperature 1: the behaviour
   log-prob pi_roll the RL loss needs) and under the sampling distribution actually used.
-* :func:`score` — per-token log-probs of given responses under given prompts (the one
-  function the PPL gate and the calibration ratio pi_cal / pi_roll of Eq. 7 read).
+* :func:`score` — per-token log-probs of given responses under given prompts: the one
+  function the perplexity gate PPL_roll = exp(-mean_t log pi_roll) (Eq. 3) and the
+  calibration ratio rho = pi_cal / pi_roll (Eq. 5, clipped in Eq. 6, used in Eq. 7) read.
 
 Sampling settings (temperature / top-p / top-k) are traced values, not static, so
 changing them does not recompile. ``temperature == 0`` is greedy.
@@ -260,7 +261,7 @@ class Sampler:
     )
 
   def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> list[np.ndarray]:
-    """Per-token log-probs of each response given its prompt.
+    """Per-token log-probs of each response given its prompt (the inputs of Eq. 3 and Eq. 5).
 
     prompts[i]: non-empty ids; responses[i]: ids (may be empty). Returns B fp32 arrays
     ``[len(responses[i])]`` with entry j = log pi(responses[i][j] | prompt, responses[i][:j]).
