@@ -20,10 +20,11 @@ transformers).
 
 from models.config import SUPPORTED_ARCHITECTURES, QwenConfig, UnsupportedModelError
 from models.qwen import Qwen
-from models.sampler import GenerateOutput, Sampler, generate, score
+from models.sampler import GenerateOutput, Sampler, generate, next_token_logprobs, score
 from models.weights import from_pretrained, save_pretrained
 
 __all__ = [
   "SUPPORTED_ARCHITECTURES", "QwenConfig", "UnsupportedModelError", "Qwen",
   "from_pretrained", "save_pretrained", "Sampler", "GenerateOutput", "generate", "score",
+  "next_token_logprobs",
 ]

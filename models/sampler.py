@@ -148,25 +148,39 @@ def _generate_jit(graphdef: nnx.GraphDef, state: nnx.State, prompt_ids: jax.Arra
   return toks, lps, slps, n_gen, stopped
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef",))
-def _score_jit(graphdef: nnx.GraphDef, state: nnx.State, ids: jax.Array, mask: jax.Array) -> jax.Array:
-  """ids, mask: [B, T] right-padded. Returns logp: [B, T] with logp[:, t] = log p(ids[t+1] | ids[:t+1])
-  (the last column is 0). Logits are built ``_SCORE_CHUNK`` time steps at a time."""
-  model = nnx.merge(graphdef, state)
-  h = model.hidden_states(ids, mask)  # [B, T, E]
-  targets = jnp.concatenate([ids[:, 1:], jnp.zeros_like(ids[:, :1])], axis=1)
+def next_token_logprobs(model: Qwen, input_ids: jax.Array, attention_mask: jax.Array,
+                        chunk: int = _SCORE_CHUNK) -> jax.Array:
+  """logp: [B, T] fp32 with logp[:, t] = log pi(input_ids[:, t+1] | input_ids[:, :t+1]); last column 0.
+
+  input_ids, attention_mask: [B, T] (any padding; padded positions give meaningless values
+  the caller masks out). Pure and differentiable, so a train step can use it under
+  ``jax.grad``; the [B, chunk, V] logits are built ``chunk`` time steps at a time
+  (``lax.map``), so the full [B, T, V] tensor never exists.
+  """
+  h = model.hidden_states(input_ids, attention_mask)  # [B, T, E]
+  targets = jnp.concatenate([input_ids[:, 1:], jnp.zeros_like(input_ids[:, :1])], axis=1)
   b, t, e = h.shape
-  chunk = min(t, _SCORE_CHUNK)
+  chunk = max(1, min(t, chunk))
+  pad = -t % chunk
+  h = jnp.pad(h, ((0, 0), (0, pad), (0, 0)))
+  targets = jnp.pad(targets, ((0, 0), (0, pad)))
 
   def one(args):
     hc, tc = args  # [B, C, E], [B, C]
     logp = jax.nn.log_softmax(model.logits(hc), axis=-1)
     return jnp.take_along_axis(logp, tc[..., None], axis=-1)[..., 0]
 
-  hs = h.reshape(b, t // chunk, chunk, e).swapaxes(0, 1)
-  ts = targets.reshape(b, t // chunk, chunk).swapaxes(0, 1)
-  logp = jax.lax.map(one, (hs, ts)).swapaxes(0, 1).reshape(b, t)
+  n = (t + pad) // chunk
+  hs = h.reshape(b, n, chunk, e).swapaxes(0, 1)
+  ts = targets.reshape(b, n, chunk).swapaxes(0, 1)
+  logp = jax.lax.map(one, (hs, ts)).swapaxes(0, 1).reshape(b, t + pad)[:, :t]
   return logp.at[:, -1].set(0.0)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def _score_jit(graphdef: nnx.GraphDef, state: nnx.State, ids: jax.Array, mask: jax.Array) -> jax.Array:
+  """ids, mask: [B, T] right-padded -> :func:`next_token_logprobs` [B, T]."""
+  return next_token_logprobs(nnx.merge(graphdef, state), ids, mask)
 
 
 def _check_ids(name: str, seqs: Sequence[Sequence[int]], vocab_size: int, allow_empty: bool) -> list[np.ndarray]:
@@ -279,8 +293,6 @@ class Sampler:
                        f"max_cache_len={self.max_cache_len}")
     b = len(p_rows)
     bb, tb = bucket(b), bucket(max(lengths), _MIN_LEN_BUCKET)
-    if tb > _SCORE_CHUNK:
-      tb = -(-tb // _SCORE_CHUNK) * _SCORE_CHUNK
     ids = np.zeros((bb, tb), np.int32)
     mask = np.zeros((bb, tb), np.int32)
     for i, (p, r) in enumerate(zip(p_rows, r_rows)):  # right padding

@@ -8,7 +8,7 @@ from scipy import stats
 
 import models
 from models import sampler as sampler_lib
-from models.sampler import Sampler, filter_logits
+from models.sampler import Sampler, filter_logits, next_token_logprobs
 from models_fixtures import qwen2_tied_ckpt, qwen3_ckpt  # noqa: F401 (fixtures)
 
 PROMPTS = [[5, 6, 7, 8, 9], [1, 2], [3, 4, 5, 6, 7, 8, 9, 10, 11], [42]]
@@ -240,3 +240,25 @@ def test_bf16_model_samples_with_fp32_logprobs_consistent_with_score(qwen3_ckpt)
   for lp, sc in zip(out.logprobs, scored):
     assert lp.dtype == sc.dtype == np.float32
     assert np.abs(lp - sc).max() <= 2e-2
+
+
+def test_next_token_logprobs_is_exact_with_ragged_chunks_and_differentiable(qwen3):
+  import jax.numpy as jnp
+  from flax import nnx
+  from models_fixtures import padded_batch
+  model = sampler_model(qwen3[0])
+  ids, mask = padded_batch()  # T = 9: chunks of 4 leave a ragged tail
+  full = jax.nn.log_softmax(model(jnp.asarray(ids), jnp.asarray(mask)), axis=-1)
+  want = np.take_along_axis(np.asarray(full[:, :-1]), ids[:, 1:, None], axis=-1)[..., 0]
+  got = np.asarray(next_token_logprobs(model, jnp.asarray(ids), jnp.asarray(mask), chunk=4))
+  assert got.shape == (4, 9) and np.all(got[:, -1] == 0)
+  real = (mask[:, :-1] * mask[:, 1:]).astype(bool)
+  assert np.abs(got[:, :-1] - want)[real].max() <= 1e-5
+
+  def loss(m):
+    lp = next_token_logprobs(m, jnp.asarray(ids), jnp.asarray(mask), chunk=4)
+    return -jnp.sum(lp[:, :-1] * real)
+
+  grads = nnx.grad(loss)(model)
+  g = grads["layers"][0]["mlp"]["up_proj"]["kernel"][...]
+  assert np.all(np.isfinite(g)) and np.abs(g).max() > 0
