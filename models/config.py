@@ -8,7 +8,11 @@ Qwen3 dense and Qwen2/Qwen2.5 share one module; the differences are switches her
   qwen2         yes            no          no
   qwen3         attention_bias attention_  yes
                 (default no)   bias
+  qwen3_moe     as qwen3       as qwen3    yes
   ============  =============  ==========  ===========
+
+qwen3_moe replaces the MLP of layer i by a top-k mixture of experts when
+``num_experts > 0``, ``i not in mlp_only_layers`` and ``(i + 1) % decoder_sparse_step == 0``.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from typing import Any
 SUPPORTED_ARCHITECTURES: dict[str, str] = {
   "Qwen3ForCausalLM": "qwen3",
   "Qwen2ForCausalLM": "qwen2",
+  "Qwen3MoeForCausalLM": "qwen3_moe",
 }
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = ("qwen3", "qwen2")
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = ("qwen3", "qwen2", "qwen3_moe")
 SUPPORTED_ROPE_TYPES: tuple[str, ...] = ("default", "linear")
 SUPPORTED_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 
@@ -57,6 +62,12 @@ class QwenConfig:
   o_bias: bool = False
   qk_norm: bool = True
   max_position_embeddings: int = 32768
+  num_experts: int = 0  # qwen3_moe only
+  num_experts_per_tok: int = 0
+  moe_intermediate_size: int = 0
+  norm_topk_prob: bool = False
+  decoder_sparse_step: int = 1
+  mlp_only_layers: tuple[int, ...] = ()
   dtype: str = "float32"  # dtype on disk / preferred compute dtype
   hf_extra: tuple[tuple[str, Any], ...] = ()
 
@@ -74,6 +85,14 @@ class QwenConfig:
         f"rope_parameters.rope_type: expected one of {SUPPORTED_ROPE_TYPES}, got {self.rope_type!r}")
     if self.dtype not in SUPPORTED_DTYPES:
       raise ValueError(f"dtype: expected one of {SUPPORTED_DTYPES}, got {self.dtype!r}")
+    if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
+      raise ValueError(f"num_experts_per_tok: expected in [1, {self.num_experts}], "
+                       f"got {self.num_experts_per_tok}")
+
+  def is_moe_layer(self, i: int) -> bool:
+    """Whether decoder layer ``i`` uses the mixture of experts (as transformers decides it)."""
+    return (self.model_type == "qwen3_moe" and self.num_experts > 0
+            and i not in self.mlp_only_layers and (i + 1) % self.decoder_sparse_step == 0)
 
   @property
   def architecture(self) -> str:
@@ -106,7 +125,8 @@ class QwenConfig:
     num_heads = int(hf["num_attention_heads"])
     hidden = int(hf["hidden_size"])
     head_dim = hf.get("head_dim") or hidden // num_heads
-    qwen3 = model_type == "qwen3"
+    qwen3 = model_type in ("qwen3", "qwen3_moe")
+    moe = model_type == "qwen3_moe"
     attention_bias = bool(hf.get("attention_bias", False))
     dtype = hf.get("dtype") or hf.get("torch_dtype") or "float32"
     modelled = {
@@ -114,6 +134,8 @@ class QwenConfig:
       "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
       "rms_norm_eps", "rope_parameters", "rope_scaling", "rope_theta", "tie_word_embeddings",
       "attention_bias", "max_position_embeddings", "dtype", "torch_dtype", "transformers_version",
+      "num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+      "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers",
     }
     extra = tuple(sorted((k, _freeze(v)) for k, v in hf.items() if k not in modelled))
     return cls(
@@ -134,6 +156,12 @@ class QwenConfig:
       o_bias=attention_bias if qwen3 else False,
       qk_norm=qwen3,
       max_position_embeddings=int(hf.get("max_position_embeddings", 32768)),
+      num_experts=int(hf.get("num_experts", hf.get("num_local_experts", 0)) or 0) if moe else 0,
+      num_experts_per_tok=int(hf.get("num_experts_per_tok", 0) or 0) if moe else 0,
+      moe_intermediate_size=int(hf.get("moe_intermediate_size", 0) or 0) if moe else 0,
+      norm_topk_prob=bool(hf.get("norm_topk_prob", False)) if moe else False,
+      decoder_sparse_step=int(hf.get("decoder_sparse_step", 1) or 1) if moe else 1,
+      mlp_only_layers=tuple(int(i) for i in hf.get("mlp_only_layers") or ()) if moe else (),
       dtype=str(dtype),
       hf_extra=extra,
     )
@@ -170,8 +198,14 @@ class QwenConfig:
       "dtype": self.dtype,
       "hidden_act": "silu",
     })
-    if self.model_type == "qwen3":
+    if self.model_type in ("qwen3", "qwen3_moe"):
       out["attention_bias"] = self.qkv_bias
+    if self.model_type == "qwen3_moe":
+      out.update({
+        "num_experts": self.num_experts, "num_experts_per_tok": self.num_experts_per_tok,
+        "moe_intermediate_size": self.moe_intermediate_size, "norm_topk_prob": self.norm_topk_prob,
+        "decoder_sparse_step": self.decoder_sparse_step, "mlp_only_layers": list(self.mlp_only_layers),
+      })
     return out
 
   def replace(self, **kw: Any) -> "QwenConfig":

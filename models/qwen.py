@@ -1,4 +1,4 @@
-"""Qwen3 dense and Qwen2/Qwen2.5 causal LMs in Flax NNX.
+"""Qwen3 dense, Qwen3-MoE and Qwen2/Qwen2.5 causal LMs in Flax NNX.
 
 One module covers both families; ``QwenConfig`` switches q/k/v bias and q/k RMSNorm.
 Calling convention::
@@ -135,16 +135,59 @@ class MLP(nnx.Module):
     return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-class DecoderLayer(nnx.Module):
-  """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
+class MoE(nnx.Module):
+  """Qwen3-MoE sparse block: softmax router, top-k experts, each a SwiGLU.
+
+  Router weights: softmax over all experts (fp32), keep the top k, renormalise them if
+  ``norm_topk_prob``. Token-expert pairs are sorted by expert and run through grouped
+  matmuls (``lax.ragged_dot``), so compute scales with k, not with the number of experts.
+  Parameters: router [E_hidden, n_exp]; gate_proj, up_proj [n_exp, E_hidden, I];
+  down_proj [n_exp, I, E_hidden].
+  """
 
   def __init__(self, config: QwenConfig, *, dtype: jnp.dtype, param_dtype: jnp.dtype,
                precision: jax.lax.Precision, rngs: nnx.Rngs):
+    n, h, i = config.num_experts, config.hidden_size, config.moe_intermediate_size
+    init = nnx.initializers.normal(0.02)
+    self.router = nnx.Param(init(rngs.params(), (h, n), param_dtype))
+    self.gate_proj = nnx.Param(init(rngs.params(), (n, h, i), param_dtype))
+    self.up_proj = nnx.Param(init(rngs.params(), (n, h, i), param_dtype))
+    self.down_proj = nnx.Param(init(rngs.params(), (n, i, h), param_dtype))
+    self.top_k, self.norm_topk_prob = config.num_experts_per_tok, config.norm_topk_prob
+    self.dtype, self.precision = dtype, precision
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """x: [B, T, E] -> [B, T, E]."""
+    b, t, h = x.shape
+    xs = x.reshape(b * t, h).astype(self.dtype)
+    n_exp = self.router.shape[-1]
+    logits = jnp.dot(xs, self.router[...].astype(self.dtype), precision=self.precision,
+                     preferred_element_type=jnp.float32)  # [N, n_exp]
+    top_w, top_i = jax.lax.top_k(jax.nn.softmax(logits, axis=-1), self.top_k)  # [N, k]
+    if self.norm_topk_prob:
+      top_w = top_w / jnp.sum(top_w, axis=-1, keepdims=True)
+    flat_expert = top_i.reshape(-1)  # [N * k]
+    order = jnp.argsort(flat_expert, stable=True)
+    token = order // self.top_k
+    group_sizes = jnp.bincount(flat_expert, length=n_exp).astype(jnp.int32)
+    mm = lambda a, w: jax.lax.ragged_dot(a, w[...].astype(self.dtype), group_sizes,
+                                         precision=self.precision)
+    rows = xs[token]  # [N * k, E] sorted by expert
+    hidden = jax.nn.silu(mm(rows, self.gate_proj)) * mm(rows, self.up_proj)
+    out = mm(hidden, self.down_proj) * top_w.reshape(-1)[order][:, None].astype(self.dtype)
+    return jnp.zeros_like(xs).at[token].add(out).reshape(b, t, h)
+
+
+class DecoderLayer(nnx.Module):
+  """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x)) (MLP or MoE)."""
+
+  def __init__(self, config: QwenConfig, *, dtype: jnp.dtype, param_dtype: jnp.dtype,
+               precision: jax.lax.Precision, rngs: nnx.Rngs, moe: bool = False):
     kw = dict(dtype=dtype, param_dtype=param_dtype, precision=precision, rngs=rngs)
     self.input_norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
     self.attn = Attention(config, **kw)
     self.post_attn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
-    self.mlp = MLP(config, **kw)
+    self.mlp = MoE(config, **kw) if moe else MLP(config, **kw)
 
   def __call__(self, x, positions, mask, inv_freq, cache=None, cache_index=None):
     h, new_cache = self.attn(self.input_norm(x), positions, mask, inv_freq, cache, cache_index)
@@ -185,8 +228,8 @@ class Qwen(nnx.Module):
                            param_dtype=param_dtype, rngs=rngs,
                            embedding_init=nnx.initializers.normal(0.02))
     self.layers = nnx.List([DecoderLayer(config, dtype=dtype, param_dtype=param_dtype,
-                                         precision=precision, rngs=rngs)
-                            for _ in range(config.num_layers)])
+                                         precision=precision, rngs=rngs, moe=config.is_moe_layer(i))
+                            for i in range(config.num_layers)])
     self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
     if not config.tie_word_embeddings:
       self.lm_head = nnx.Param(nnx.initializers.normal(0.02)(

@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import json
 import os
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -35,24 +35,46 @@ Axes = tuple[str | None, ...]
 
 @dataclasses.dataclass(frozen=True)
 class WeightSpec:
-  """One HF tensor <-> one Flax leaf.
+  """One HF tensor <-> one Flax leaf (or, for experts, one slice of a stacked leaf).
 
-  hf: HF name; ``{i}`` stands for the layer index.
-  flax: dotted Flax path, same ``{i}``.
-  transpose: HF stores ``[out, in]``, Flax ``[in, out]``.
+  hf: HF name; ``{i}`` stands for the layer index, ``{j}`` for the expert index.
+  flax: dotted Flax path, same ``{i}``. With ``{j}`` in ``hf`` the Flax leaf stacks all
+    experts on axis 0 and HF tensor j is ``leaf[j]``.
+  transpose: HF stores ``[out, in]``, Flax ``[in, out]`` (per expert for stacked leaves).
   axes: logical axes of the Flax leaf (same rank).
-  when: the config switch that makes this tensor exist.
+  when: (config, layer index or None) -> whether this tensor exists.
   """
 
   hf: str
   flax: str
   transpose: bool
   axes: Axes
-  when: Callable[[QwenConfig], bool] = lambda c: True
+  when: Callable[[QwenConfig, int | None], bool] = lambda c, i: True
 
   @property
   def per_layer(self) -> bool:
     return "{i}" in self.hf
+
+  @property
+  def per_expert(self) -> bool:
+    return "{j}" in self.hf
+
+
+class TableEntry(NamedTuple):
+  """One concrete HF tensor of a given config: its name, Flax path, row and expert index."""
+
+  hf: str
+  path: tuple[str | int, ...]
+  spec: WeightSpec
+  expert: int | None
+
+
+def _dense_mlp(c: QwenConfig, i: int | None) -> bool:
+  return not c.is_moe_layer(i)
+
+
+def _moe(c: QwenConfig, i: int | None) -> bool:
+  return c.is_moe_layer(i)
 
 
 _L = "model.layers.{i}."
@@ -61,7 +83,7 @@ WEIGHT_TABLE: tuple[WeightSpec, ...] = (
   WeightSpec("model.embed_tokens.weight", "embed.embedding", False, ("vocab", "embed")),
   WeightSpec("model.norm.weight", "norm.scale", False, (None,)),
   WeightSpec("lm_head.weight", "lm_head", True, ("embed", "vocab"),
-             when=lambda c: not c.tie_word_embeddings),
+             when=lambda c, i: not c.tie_word_embeddings),
   WeightSpec(_L + "input_layernorm.weight", _F + "input_norm.scale", False, (None,)),
   WeightSpec(_L + "post_attention_layernorm.weight", _F + "post_attn_norm.scale", False, (None,)),
   WeightSpec(_L + "self_attn.q_proj.weight", _F + "attn.q_proj.kernel", True, ("embed", "q_heads")),
@@ -69,20 +91,30 @@ WEIGHT_TABLE: tuple[WeightSpec, ...] = (
   WeightSpec(_L + "self_attn.v_proj.weight", _F + "attn.v_proj.kernel", True, ("embed", "kv_heads")),
   WeightSpec(_L + "self_attn.o_proj.weight", _F + "attn.o_proj.kernel", True, ("q_heads", "embed")),
   WeightSpec(_L + "self_attn.q_proj.bias", _F + "attn.q_proj.bias", False, ("q_heads",),
-             when=lambda c: c.qkv_bias),
+             when=lambda c, i: c.qkv_bias),
   WeightSpec(_L + "self_attn.k_proj.bias", _F + "attn.k_proj.bias", False, ("kv_heads",),
-             when=lambda c: c.qkv_bias),
+             when=lambda c, i: c.qkv_bias),
   WeightSpec(_L + "self_attn.v_proj.bias", _F + "attn.v_proj.bias", False, ("kv_heads",),
-             when=lambda c: c.qkv_bias),
+             when=lambda c, i: c.qkv_bias),
   WeightSpec(_L + "self_attn.o_proj.bias", _F + "attn.o_proj.bias", False, ("embed",),
-             when=lambda c: c.o_bias),
+             when=lambda c, i: c.o_bias),
   WeightSpec(_L + "self_attn.q_norm.weight", _F + "attn.q_norm.scale", False, (None,),
-             when=lambda c: c.qk_norm),
+             when=lambda c, i: c.qk_norm),
   WeightSpec(_L + "self_attn.k_norm.weight", _F + "attn.k_norm.scale", False, (None,),
-             when=lambda c: c.qk_norm),
-  WeightSpec(_L + "mlp.gate_proj.weight", _F + "mlp.gate_proj.kernel", True, ("embed", "mlp")),
-  WeightSpec(_L + "mlp.up_proj.weight", _F + "mlp.up_proj.kernel", True, ("embed", "mlp")),
-  WeightSpec(_L + "mlp.down_proj.weight", _F + "mlp.down_proj.kernel", True, ("mlp", "embed")),
+             when=lambda c, i: c.qk_norm),
+  WeightSpec(_L + "mlp.gate_proj.weight", _F + "mlp.gate_proj.kernel", True, ("embed", "mlp"),
+             when=_dense_mlp),
+  WeightSpec(_L + "mlp.up_proj.weight", _F + "mlp.up_proj.kernel", True, ("embed", "mlp"),
+             when=_dense_mlp),
+  WeightSpec(_L + "mlp.down_proj.weight", _F + "mlp.down_proj.kernel", True, ("mlp", "embed"),
+             when=_dense_mlp),
+  WeightSpec(_L + "mlp.gate.weight", _F + "mlp.router", True, ("embed", None), when=_moe),
+  WeightSpec(_L + "mlp.experts.{j}.gate_proj.weight", _F + "mlp.gate_proj", True,
+             ("experts", "embed", "mlp"), when=_moe),
+  WeightSpec(_L + "mlp.experts.{j}.up_proj.weight", _F + "mlp.up_proj", True,
+             ("experts", "embed", "mlp"), when=_moe),
+  WeightSpec(_L + "mlp.experts.{j}.down_proj.weight", _F + "mlp.down_proj", True,
+             ("experts", "mlp", "embed"), when=_moe),
 )
 
 #: logical axis -> mesh axis name (absent from the mesh = replicated). Tensor parallel
@@ -92,6 +124,7 @@ DEFAULT_SHARDING_RULES: dict[str, str | None] = {
   "q_heads": "model",
   "kv_heads": "model",
   "mlp": "model",
+  "experts": "model",
   "embed": "data",
 }
 
@@ -111,17 +144,16 @@ class LoadReport:
   replicated: list[str] = dataclasses.field(default_factory=list)
 
 
-def expand_table(config: QwenConfig) -> Iterator[tuple[str, tuple[str | int, ...], WeightSpec]]:
-  """Yields (hf_name, flax_path, spec) for every tensor this config's model has."""
+def expand_table(config: QwenConfig) -> Iterator[TableEntry]:
+  """Yields a :class:`TableEntry` for every HF tensor this config's model has."""
   for spec in WEIGHT_TABLE:
-    if not spec.when(config):
-      continue
-    layers = range(config.num_layers) if spec.per_layer else [None]
-    for i in layers:
-      hf = spec.hf.format(i=i) if i is not None else spec.hf
-      flax = spec.flax.format(i=i) if i is not None else spec.flax
+    for i in (range(config.num_layers) if spec.per_layer else [None]):
+      if not spec.when(config, i):
+        continue
+      flax = spec.flax.format(i=i)
       path = tuple(int(p) if p.isdigit() else p for p in flax.split("."))
-      yield hf, path, spec
+      for j in (range(config.num_experts) if spec.per_expert else [None]):
+        yield TableEntry(spec.hf.format(i=i, j=j), path, spec, j)
 
 
 def _resolve_dtype(dtype: Any) -> jnp.dtype:
@@ -210,7 +242,8 @@ def from_pretrained(path: str | os.PathLike, *, dtype: Any = jnp.float32,
   leaves = dict(nnx.to_flat_state(state))
   files = _checkpoint_files(path)
 
-  expected = {hf: (p, spec) for hf, p, spec in expand_table(config)}
+  entries = list(expand_table(config))
+  expected = {e.hf for e in entries}
   unexpected = []
   for name in files:
     if name in expected:
@@ -227,32 +260,44 @@ def from_pretrained(path: str | os.PathLike, *, dtype: Any = jnp.float32,
     raise ValueError(f"checkpoint {path!r} is missing tensors: {missing[:10]}"
                      f"{' (and more)' if len(missing) > 10 else ''}")
 
+  by_leaf: dict[tuple[str | int, ...], list[TableEntry]] = {}
+  for e in entries:
+    by_leaf.setdefault(e.path, []).append(e)
   with contextlib.ExitStack() as stack:
     handles: dict[str, Any] = {}
-    for hf, (flax_path, spec) in expected.items():
+    for flax_path, group in by_leaf.items():
       var = leaves[flax_path]
       shape = tuple(var.shape)
-      fname = files[hf]
-      if fname not in handles:
-        handles[fname] = stack.enter_context(safe_open(fname, framework="numpy"))
-      tensor = handles[fname].get_slice(hf)
-      got = tuple(tensor.get_shape())
-      want = _hf_shape(shape, spec)
-      if got != want:
-        raise ValueError(f"tensor {hf!r}: expected shape {want}, got {got}")
-      var.set_value(_load_leaf(tensor, spec, shape, dt, mesh, rules, hf, report))
+      spec = group[0].spec
+      want = _hf_shape(shape[1:] if spec.per_expert else shape, spec)
+      tensors = []
+      for e in group:  # one entry, or one per expert in expert order
+        fname = files[e.hf]
+        if fname not in handles:
+          handles[fname] = stack.enter_context(safe_open(fname, framework="numpy"))
+        tensor = handles[fname].get_slice(e.hf)
+        got = tuple(tensor.get_shape())
+        if got != want:
+          raise ValueError(f"tensor {e.hf!r}: expected shape {want}, got {got}")
+        tensors.append(tensor)
+      var.set_value(_load_leaf(tensors, spec, shape, dt, mesh, rules, group[0].hf, report))
   return nnx.merge(graphdef, state), config
 
 
-def _load_leaf(tensor: Any, spec: WeightSpec, shape: tuple[int, ...], dt: jnp.dtype,
+def _load_leaf(tensors: list[Any], spec: WeightSpec, shape: tuple[int, ...], dt: jnp.dtype,
                mesh: Mesh | None, rules: dict[str, str | None], hf: str,
                report: LoadReport) -> jax.Array:
-  """Reads one tensor (whole, or shard by shard with a mesh), transposes it, casts it to dt."""
+  """Reads one leaf (whole, or shard by shard with a mesh): transposes, stacks experts, casts."""
+
+  def read_one(tensor: Any, index: tuple[slice, ...]) -> np.ndarray:
+    arr = np.asarray(tensor[tuple(reversed(index)) if spec.transpose else index])
+    return arr.T if spec.transpose else arr
 
   def read(index: tuple[slice, ...]) -> np.ndarray:
-    hf_index = tuple(reversed(index)) if spec.transpose else index
-    arr = np.asarray(tensor[hf_index])
-    arr = arr.T if spec.transpose else arr
+    if spec.per_expert:
+      arr = np.stack([read_one(tensors[j], index[1:]) for j in range(len(tensors))[index[0]]])
+    else:
+      arr = read_one(tensors[0], index)
     return np.ascontiguousarray(arr.astype(dt))
 
   full = tuple(slice(None) for _ in shape)
@@ -294,10 +339,11 @@ def save_pretrained(model: Qwen, config: QwenConfig, path: str | os.PathLike, *,
   if dtype is not None and dtype not in _DTYPES:
     raise ValueError(f"dtype: expected one of {sorted(_DTYPES)}, got {dtype!r}")
   out_dtype: Any = _DTYPES[dtype] if dtype is not None else None
-  for hf, flax_path, spec in expand_table(config):
+  for hf, flax_path, spec, expert in expand_table(config):
     if flax_path not in leaves:
       raise ValueError(f"model has no parameter {'.'.join(map(str, flax_path))!r} for tensor {hf!r}")
-    arr = np.asarray(jax.device_get(leaves[flax_path].get_value()))
+    arr = leaves[flax_path].get_value()
+    arr = np.asarray(jax.device_get(arr if expert is None else arr[expert]))
     out_dtype = arr.dtype if out_dtype is None else out_dtype
     arr = np.ascontiguousarray((arr.T if spec.transpose else arr).astype(out_dtype))
     if shards[-1] and shard_bytes + arr.nbytes > limit:

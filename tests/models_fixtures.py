@@ -13,7 +13,8 @@ import os
 import numpy as np
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
 
 VOCAB = 96
 
@@ -30,8 +31,12 @@ def tiny_hf_model(family: str = "qwen3", *, tie: bool = False, seed: int = 0,
     model = Qwen3ForCausalLM(Qwen3Config(head_dim=8, **common))
   elif family == "qwen2":
     model = Qwen2ForCausalLM(Qwen2Config(**common))
+  elif family == "qwen3_moe":  # 4 experts, top-2, layer 1 dense
+    model = Qwen3MoeForCausalLM(Qwen3MoeConfig(
+      head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+      norm_topk_prob=True, mlp_only_layers=[1], **common))
   else:
-    raise ValueError(f"family: expected 'qwen3' or 'qwen2', got {family!r}")
+    raise ValueError(f"family: expected 'qwen3', 'qwen2' or 'qwen3_moe', got {family!r}")
   gen = torch.Generator().manual_seed(seed + 1)
   with torch.no_grad():
     for name, p in model.named_parameters():
@@ -86,3 +91,9 @@ def qwen3_ckpt(tmp_path_factory) -> tuple[str, torch.nn.Module]:
 def qwen2_tied_ckpt(tmp_path_factory) -> tuple[str, torch.nn.Module]:
   path = tmp_path_factory.mktemp("qwen2_tied")
   return os.fspath(path), write_checkpoint(path, "qwen2", tie=True, seed=1)
+
+
+@pytest.fixture(scope="module")
+def qwen3_moe_ckpt(tmp_path_factory) -> tuple[str, torch.nn.Module]:
+  path = tmp_path_factory.mktemp("qwen3_moe")
+  return os.fspath(path), write_checkpoint(path, "qwen3_moe", seed=2)

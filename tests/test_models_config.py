@@ -44,7 +44,7 @@ def test_to_hf_dict_round_trips():
 
 @pytest.mark.parametrize("change, needle", [
   ({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}, "Qwen3ForCausalLM"),
-  ({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe"}, "Qwen2ForCausalLM"),
+  ({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral"}, "Qwen3MoeForCausalLM"),
   ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}}, "yarn"),
   ({"use_sliding_window": True}, "use_sliding_window"),
 ])
@@ -67,3 +67,14 @@ def test_unsupported_architecture_error_lists_all_supported():
 def test_missing_config_json_names_the_path(tmp_path):
   with pytest.raises(FileNotFoundError, match="config.json"):
     QwenConfig.from_pretrained(tmp_path)
+
+
+def test_qwen3_moe_fields_and_sparse_layer_choice_match_transformers():
+  hf = _hf_dict("qwen3_moe")
+  c = QwenConfig.from_hf_dict(hf)
+  assert (c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size, c.norm_topk_prob) == (4, 2, 16, True)
+  assert [c.is_moe_layer(i) for i in range(2)] == [True, False]  # mlp_only_layers=[1]
+  c2 = c.replace(num_layers=6, decoder_sparse_step=2, mlp_only_layers=(3,))
+  assert [c2.is_moe_layer(i) for i in range(6)] == [False, True, False, False, False, True]
+  assert QwenConfig.from_hf_dict(c.to_hf_dict()) == c
+  assert not QwenConfig.from_hf_dict(_hf_dict("qwen3")).is_moe_layer(0)

@@ -17,6 +17,7 @@ from models_fixtures import padded_batch, torch_logits, write_checkpoint
   ("qwen2", True, None),
   ("qwen2", False, None),
   ("qwen3", False, {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}),
+  ("qwen3_moe", False, None),
 ])
 def test_logits_match_transformers_on_a_padded_batch(tmp_path, family, tie, rope):
   ref_model = write_checkpoint(tmp_path, family, tie=tie, rope=rope)
@@ -90,3 +91,28 @@ def test_fp32_models_use_highest_matmul_precision(tmp_path):
   assert m32.layers[0].attn.q_proj.precision == jax.lax.Precision.HIGHEST
   assert m32.layers[1].mlp.down_proj.precision == jax.lax.Precision.HIGHEST
   assert m16.layers[0].attn.q_proj.precision == jax.lax.Precision.DEFAULT
+
+
+def test_moe_block_matches_a_per_token_numpy_reference(tmp_path):
+  """Router + top-k + SwiGLU experts re-derived token by token in float64."""
+  from models.qwen import MLP, MoE
+  write_checkpoint(tmp_path, "qwen3_moe")
+  model, config = models.from_pretrained(tmp_path)
+  assert isinstance(model.layers[0].mlp, MoE) and isinstance(model.layers[1].mlp, MLP)
+  moe = model.layers[0].mlp
+  x = np.random.default_rng(0).normal(size=(2, 5, config.hidden_size)).astype(np.float32)
+  got = np.asarray(moe(jnp.asarray(x)))
+  router, gate, up, down = (np.asarray(p[...], np.float64) for p in
+                            (moe.router, moe.gate_proj, moe.up_proj, moe.down_proj))
+  silu = lambda z: z / (1 + np.exp(-z))
+  want = np.zeros_like(got, dtype=np.float64)
+  for b in range(2):
+    for t in range(5):
+      v = x[b, t].astype(np.float64)
+      logits = v @ router
+      probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+      top = np.argsort(-probs)[:config.num_experts_per_tok]
+      w = probs[top] / probs[top].sum()  # norm_topk_prob=True in the fixture
+      for e, we in zip(top, w):
+        want[b, t] += we * ((silu(v @ gate[e]) * (v @ up[e])) @ down[e])
+  np.testing.assert_allclose(got, want, atol=1e-5)

@@ -9,7 +9,7 @@ from scipy import stats
 import models
 from models import sampler as sampler_lib
 from models.sampler import Sampler, filter_logits, next_token_logprobs
-from models_fixtures import qwen2_tied_ckpt, qwen3_ckpt  # noqa: F401 (fixtures)
+from models_fixtures import qwen2_tied_ckpt, qwen3_ckpt, qwen3_moe_ckpt  # noqa: F401 (fixtures)
 
 PROMPTS = [[5, 6, 7, 8, 9], [1, 2], [3, 4, 5, 6, 7, 8, 9, 10, 11], [42]]
 
@@ -43,7 +43,7 @@ def qwen3(qwen3_ckpt):
   return Sampler(model, max_cache_len=256), ref
 
 
-@pytest.mark.parametrize("ckpt", ["qwen3_ckpt", "qwen2_tied_ckpt"])
+@pytest.mark.parametrize("ckpt", ["qwen3_ckpt", "qwen2_tied_ckpt", "qwen3_moe_ckpt"])
 def test_greedy_equals_transformers_generate(request, ckpt):
   path, ref = request.getfixturevalue(ckpt)
   model, _ = models.from_pretrained(path)

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import jax
@@ -16,7 +17,7 @@ from transformers import AutoModelForCausalLM
 
 import models
 from models.weights import WEIGHT_TABLE, LoadReport, expand_table, partition_spec
-from models_fixtures import padded_batch, torch_logits, write_checkpoint
+from models_fixtures import padded_batch, tiny_hf_model, torch_logits, write_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -76,17 +77,26 @@ def test_rotary_buffer_and_tied_lm_head_are_ignored_and_reported(tmp_path):
   assert sorted(report.ignored) == ["lm_head.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"]
 
 
-def test_table_covers_every_hf_tensor_exactly_once():
-  for family, tie in [("qwen3", False), ("qwen2", True)]:
-    hf_model = __import__("models_fixtures").tiny_hf_model(family, tie=tie)
-    config = models.QwenConfig.from_hf_dict(json.loads(hf_model.config.to_json_string()))
-    names = [hf for hf, _, _ in expand_table(config)]
-    assert len(names) == len(set(names))
-    assert set(names) == set(hf_model.state_dict()) - ({"lm_head.weight"} if tie else set())
-  assert all(len(s.axes) in (1, 2) for s in WEIGHT_TABLE)
+@pytest.mark.parametrize("family, tie", [("qwen3", False), ("qwen2", True), ("qwen3_moe", False)])
+def test_table_covers_every_hf_tensor_exactly_once(family, tie):
+  from flax import nnx
+  from models.weights import abstract_model
+  hf_model = tiny_hf_model(family, tie=tie)
+  config = models.QwenConfig.from_hf_dict(json.loads(hf_model.config.to_json_string()))
+  entries = list(expand_table(config))
+  names = [e.hf for e in entries]
+  assert len(names) == len(set(names))
+  with tempfile.TemporaryDirectory() as d:  # the on-disk names (MoE experts are unfused there)
+    hf_model.save_pretrained(d)
+    on_disk = set(load_file(os.path.join(d, "model.safetensors")))
+  assert set(names) == on_disk
+  leaves = dict(nnx.to_flat_state(nnx.state(abstract_model(config), nnx.Param)))
+  assert {e.path for e in entries} == set(leaves)  # every Flax parameter is written too
+  for e in entries:
+    assert len(e.spec.axes) == len(leaves[e.path].shape), e.hf
 
 
-@pytest.mark.parametrize("family, tie", [("qwen3", False), ("qwen2", True)])
+@pytest.mark.parametrize("family, tie", [("qwen3", False), ("qwen2", True), ("qwen3_moe", True)])
 def test_save_then_transformers_load_gives_the_same_logits(tmp_path, family, tie):
   write_checkpoint(tmp_path / "in", family, tie=tie)
   model, config = models.from_pretrained(tmp_path / "in")
@@ -142,7 +152,7 @@ _MESH_SCRIPT = textwrap.dedent("""
   model, config = models.from_pretrained(path, mesh=mesh)
   leaves = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
   n_split = 0
-  for hf, p, spec in expand_table(config):
+  for hf, p, spec, _ in expand_table(config):
     arr = leaves[p].get_value()
     assert isinstance(arr.sharding, NamedSharding), (hf, arr.sharding)
     assert len(arr.sharding.device_set) == 8, hf
@@ -150,10 +160,16 @@ _MESH_SCRIPT = textwrap.dedent("""
     if any(a is not None for a in arr.sharding.spec):
       assert np.prod(shard) < np.prod(arr.shape), (hf, shard)
       n_split += 1
-  assert n_split >= 10, n_split
-  kernel = leaves[("layers", 0, "mlp", "gate_proj", "kernel")].get_value()
-  assert kernel.sharding.spec == jax.sharding.PartitionSpec("data", "model"), kernel.sharding.spec
-  assert kernel.addressable_shards[0].data.shape == (16, 12)
+  assert n_split >= 9, n_split
+  P = jax.sharding.PartitionSpec
+  if config.num_experts:  # [experts, embed, mlp]: experts over "model", embed over "data"
+    experts = leaves[("layers", 0, "mlp", "gate_proj")].get_value()
+    assert experts.sharding.spec == P("model", "data", None), experts.sharding.spec
+    assert experts.addressable_shards[0].data.shape == (1, 16, 16)
+  else:
+    kernel = leaves[("layers", 0, "mlp", "gate_proj", "kernel")].get_value()
+    assert kernel.sharding.spec == P("data", "model"), kernel.sharding.spec
+    assert kernel.addressable_shards[0].data.shape == (16, 12)
   batch = np.load(os.path.join(path, "batch.npz"))
   ids, mask, want = batch["ids"], batch["mask"], batch["logits"]
   got = np.asarray(jax.jit(lambda m, i, k: m(i, k))(model, ids, mask))
@@ -162,13 +178,14 @@ _MESH_SCRIPT = textwrap.dedent("""
   out = Sampler(model).generate([[5, 6, 7], [1]], key=jax.random.key(0), max_new_tokens=6,
                                 temperature=0.0)
   np.testing.assert_array_equal(np.stack(out.tokens), batch["greedy"])
-  print("MESH-OK", n_split)
+  print("MESH-OK", config.model_type, n_split)
 """)
 
 
-def test_shard_on_load_over_8_host_devices(tmp_path):
+@pytest.mark.parametrize("family", ["qwen3", "qwen3_moe"])
+def test_shard_on_load_over_8_host_devices(tmp_path, family):
   """Runs in a subprocess: XLA_FLAGS must be set before jax is imported."""
-  write_checkpoint(tmp_path, "qwen3")
+  write_checkpoint(tmp_path, family)
   ids, mask = padded_batch()
   plain, _ = models.from_pretrained(tmp_path)
   greedy = models.Sampler(plain).generate([[5, 6, 7], [1]], key=jax.random.key(0), max_new_tokens=6,
@@ -180,7 +197,7 @@ def test_shard_on_load_over_8_host_devices(tmp_path):
   res = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
                        text=True, env=env, timeout=300)
   assert res.returncode == 0, res.stderr[-3000:]
-  assert "MESH-OK" in res.stdout
+  assert f"MESH-OK {family}" in res.stdout
 
 
 def test_save_and_load_reject_an_unknown_dtype(tmp_path):
