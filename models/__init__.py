@@ -1,4 +1,4 @@
-"""Qwen2 / Qwen3 in Flax NNX: HF checkpoints in and out, a KV-cache sampler and scoring.
+"""Qwen2 / Qwen3 / Qwen3-MoE in Flax NNX: HF checkpoints in and out, a KV-cache sampler, scoring.
 
 Example::
 

@@ -2,8 +2,9 @@
 
 Each row of :data:`WEIGHT_TABLE` says: this HF tensor name is that Flax parameter path,
 stored transposed or not, with these logical axes (for sharding), present when the
-config says so. :func:`from_pretrained` and :func:`save_pretrained` walk the same rows,
-so the two directions cannot drift apart.
+config says so. Qwen3-MoE expert rows (``{j}`` in the HF name) map the HF per-expert
+tensors onto one Flax leaf stacked over experts. :func:`from_pretrained` and
+:func:`save_pretrained` walk the same rows, so the two directions cannot drift apart.
 
 Logical axes map to mesh axes through :data:`DEFAULT_SHARDING_RULES` (the only place
 mesh axis names appear); a dimension that the mesh axis does not divide is replicated
