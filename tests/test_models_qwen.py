@@ -1,6 +1,5 @@
 """Logit parity of the Flax module with transformers (torch CPU, fp32) on padded batches."""
 
-import os
 
 import jax.numpy as jnp
 import numpy as np
