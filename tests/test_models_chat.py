@@ -135,3 +135,21 @@ def test_tokenizer_without_template_gets_the_qwen_template(tmp_path):
 def test_bad_roles_are_rejected(tok):
   with pytest.raises(ValueError, match=r"messages\[1\].*'robot'"):
     render_chat(tok, [{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}])
+
+
+def test_tiny_policy_path_chat_to_generation_and_back(tok):
+  """Tokenizer -> chat ids -> sampler (stop at <|im_end|>) -> text, with a fresh tiny model."""
+  import jax
+  from flax import nnx
+  import models
+  config = models.QwenConfig(model_type="qwen3", vocab_size=len(tok), hidden_size=32,
+                             intermediate_size=48, num_layers=1, num_heads=2, num_kv_heads=1,
+                             head_dim=16, tie_word_embeddings=True)
+  model = models.Qwen(config, rngs=nnx.Rngs(0))
+  prompt = encode_chat(tok, [{"role": "user", "content": "hello world"}])
+  end = tok.convert_tokens_to_ids("<|im_end|>")
+  out = models.Sampler(model, max_cache_len=128).generate(
+    [prompt], key=jax.random.key(0), max_new_tokens=20, stop_token_ids=[end])
+  toks = out.tokens[0]
+  assert 1 <= len(toks) <= 20 and ((toks[-1] == end) == (out.finish_reasons[0] == "stop"))
+  assert isinstance(tok.decode(toks.tolist()), str)

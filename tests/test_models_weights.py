@@ -207,3 +207,18 @@ def test_save_and_load_reject_an_unknown_dtype(tmp_path):
     models.save_pretrained(model, config, tmp_path / "out", dtype="int8")
   with pytest.raises(ValueError, match="dtype: expected one of .*int8"):
     models.from_pretrained(tmp_path / "in", dtype="int8")
+
+
+def test_a_freshly_initialised_model_saves_for_transformers(tmp_path):
+  """The tiny default policy starts from random init, not from a checkpoint."""
+  from flax import nnx
+  config = models.QwenConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=48,
+                             num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
+                             tie_word_embeddings=True)
+  model = models.Qwen(config, rngs=nnx.Rngs(3))
+  models.save_pretrained(model, config, tmp_path)
+  hf = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+  ids, mask = padded_batch(vocab=64)
+  ref = torch_logits(hf, ids, mask)
+  assert np.abs(_flax_logits(model, ids, mask) - ref)[mask.astype(bool)].max() <= 1e-5
+  assert np.abs(ref).max() > 0.01
