@@ -230,3 +230,39 @@ def test_judge_prompt_over_budget_gets_the_conservative_default(tok):
   llm = JudgeLLM(judge, ChatFormatter(tok), SamplingParams(max_new_tokens=32, temperature=0.0), max_context_tokens=80)
   assert llm.ask(["short", "x" * 500]) == ['{"is_valid": false}', ""]
   assert len(judge.calls) == 1
+
+
+class _LuckyEnv(MiniNavEnv):
+  """MiniNavEnv whose episodes all succeed once ``lucky`` is set (after the on-policy phase)."""
+
+  lucky = False
+
+  def step(self, assistant_text):
+    result = super().step(assistant_text)
+    if result.done and _LuckyEnv.lucky:
+      result.reward = self.transcript.reward = 1.0
+    return result
+
+
+@pytest.mark.parametrize("delta, replaced", [(0.0, False), (math.inf, True)])
+def test_success_without_an_applied_correction_is_not_an_intervened_trajectory(tok, fmt, delta, replaced):
+  """delta = 0 gates out every correction: a rollout that still succeeds is a plain re-sample and
+  must not enter the group (so delta = 0 trains exactly like GRPO)."""
+  policy = ScriptedPolicy(tok, MiniNavScript("region"), scripted_logp(ROLL, CAL))
+  rc = RolloutConfig(group_size=2)
+  tasks = mini_nav_tasks()
+  _LuckyEnv.lucky = False
+  groups = rollout_groups(tasks, _LuckyEnv, policy, fmt, rc, task_id=lambda t: t.task_id)
+  assert max(t.reward for t in groups[1]) == 0.0
+  _LuckyEnv.lucky = True
+  try:
+    roles = InterventionRoles(NavigationRuleValidator(), PolicyCorrector(policy, rc.sampling, fmt.end_of_turn_id),
+                              NavigationRuleVerifier())
+    new, stats = intervene_groups(groups, tasks, _LuckyEnv, policy, fmt, roles, InterventionConfig(ppl_delta=delta),
+                                  rc, task_id=lambda t: t.task_id)
+  finally:
+    _LuckyEnv.lucky = False
+  assert stats.trajectories_success == 1
+  assert (new[1][0] is not groups[1][0]) == replaced
+  assert stats.groups_replaced == int(replaced)
+  assert stats.trajectories_success_unintervened == int(not replaced)

@@ -331,8 +331,13 @@ def intervene_groups(
   for n, trajs in zip(failed, runs):
     stats.trajectories_intervened += len(trajs)
     stats.trajectories_with_accepted += sum(any(t.intervened_mask) for t in trajs)
-    winners = [t for t in trajs if t.reward >= config.success_reward]
-    stats.trajectories_success += len(winners)
+    # Only a rollout that carries at least one accepted correction is an *intervened* trajectory:
+    # one whose every draft was kept is a plain on-policy re-sample, and admitting it would give
+    # the method extra samples that GRPO does not get (and delta = 0 would no longer equal GRPO).
+    successes = [t for t in trajs if t.reward >= config.success_reward]
+    winners = [t for t in successes if any(t.intervened_mask)]
+    stats.trajectories_success += len(successes)
+    stats.trajectories_success_unintervened += len(successes) - len(winners)
     if winners:
       out[n][0] = winners[0]
       stats.groups_replaced += 1

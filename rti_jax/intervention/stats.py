@@ -28,6 +28,8 @@ class InterventionStats:
   trajectories_intervened / trajectories_with_accepted / trajectories_success: intervened
     rollouts, those with >= 1 applied correction, and those that reached reward 1.
   groups_replaced: groups in which an intervened trajectory replaced a failed member.
+  trajectories_success_unintervened: successful intervened rollouts with no applied correction
+    (every draft kept); they are plain re-samples and never enter a group.
   accepted_ppl_sum: sum of PPL_roll (Eq. 3) over applied corrections (float).
   *_malformed: LLM judgements that needed the conservative default.
   """
@@ -48,6 +50,7 @@ class InterventionStats:
   trajectories_with_accepted: int = 0
   trajectories_success: int = 0
   groups_replaced: int = 0
+  trajectories_success_unintervened: int = 0
   accepted_ppl_sum: float = 0.0
   validator_malformed: int = 0
   corrector_malformed: int = 0
