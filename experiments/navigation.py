@@ -47,20 +47,26 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
   return p.parse_known_args(argv)
 
 
-def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], methods: Sequence[str], out: pathlib.Path,
-        progress: bool = True) -> dict[str, Any]:
-  """Trains and evaluates; returns the results dict (also written to ``out/results.json``)."""
+def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants: dict[str, Sequence[str]],
+        out: pathlib.Path, progress: bool = True) -> dict[str, Any]:
+  """Trains each variant from the same base policy, budget and seed; evaluates base and every variant.
+
+  variants: label -> extra config overrides (e.g. ``{"grpo": ["loss.method=grpo"], "rti": [...]}``).
+  Returns the results dict: ``runs[seed][label]`` is the final held-out evaluation,
+  ``runs[seed][label + "_records"]`` the per-iteration metrics.
+  """
   from rti_jax.trainer import Trainer
 
-  results: dict[str, Any] = {"seeds": list(seeds), "methods": ["base", *methods], "runs": {}}
+  results: dict[str, Any] = {"seeds": list(seeds), "methods": ["base", *variants], "variants": dict(variants),
+                             "runs": {}}
   base_cfg = load_config(cfg_name, list(overrides))
   (out / "config.yaml").write_text(to_yaml(base_cfg))
   t_all = time.perf_counter()
   for seed in seeds:
     per_seed: dict[str, Any] = {}
-    for method in methods:
-      cfg = load_config(cfg_name, [*overrides, f"loss.method={method}", f"train.seed={seed}"])
-      run_dir = out / f"seed{seed}" / method
+    for label, extra in variants.items():
+      cfg = load_config(cfg_name, [*overrides, *extra, f"train.seed={seed}"])
+      run_dir = out / f"seed{seed}" / label
       trainer = Trainer(cfg, run_dir, progress=progress)
       test = trainer.source.test
       if "base" not in per_seed:  # the base policy, evaluated once per seed with the same sampler
@@ -68,15 +74,21 @@ def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], methods: 
       eval_tasks = test[: cfg.train.eval_tasks] if cfg.train.eval_tasks else test
       t0 = time.perf_counter()
       records = trainer.train(eval_tasks=eval_tasks)
-      train_s = time.perf_counter() - t0
-      final = trainer.evaluate(test, cfg.train.eval_samples, seed=10_000 + seed, desc=f"eval {method}")
+      per_seed[f"{label}_train_s"] = time.perf_counter() - t0
+      per_seed[label] = trainer.evaluate(test, cfg.train.eval_samples, seed=10_000 + seed, desc=f"eval {label}")
+      per_seed[f"{label}_records"] = records
       trainer.export(run_dir / "policy")
-      per_seed[method] = final
-      per_seed[f"{method}_train_s"] = train_s
-      per_seed[f"{method}_records"] = records
     results["runs"][str(seed)] = per_seed
   results["wall_s"] = time.perf_counter() - t_all
   return results
+
+
+def write_results(results: dict[str, Any], out: pathlib.Path, tables: Sequence[str]) -> None:
+  """results.json (without per-iteration records, which live in metrics.jsonl) and table.md."""
+  stored = {k: v for k, v in results.items() if k != "runs"}
+  stored["runs"] = {s: {k: v for k, v in r.items() if not k.endswith("_records")} for s, r in results["runs"].items()}
+  reporting.write_json(out / "results.json", stored)
+  (out / "table.md").write_text("\n\n".join(tables) + "\n")
 
 
 def summary_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
@@ -117,9 +129,9 @@ def plot(results: dict[str, Any], out: pathlib.Path) -> list[str]:
       recs = r.get(f"{method}_records", [])
       its = [x["iteration"] for x in recs]
       axes[0].plot(its, [x["reward_mean"] for x in recs], label=f"{method} s{seed} rollout")
-      if method == "rti":
+      if any(x.get("rti/groups_triggered", 0) for x in recs):
         axes[0].plot(its, [x["reward_mean_after_intervention"] for x in recs], "--",
-                     label=f"rti s{seed} after intervention")
+                     label=f"{method} s{seed} after intervention")
       ev = [(x["iteration"], x["eval"]["all"].get("pass@4", x["eval"]["all"].get("avg p@k"))) for x in recs if "eval" in x]
       if ev:
         axes[1].plot(*zip(*ev), marker="o", label=f"{method} s{seed}")
@@ -136,11 +148,12 @@ def plot(results: dict[str, Any], out: pathlib.Path) -> list[str]:
 
   fig, ax = plt.subplots(figsize=(6, 4))
   for seed, r in results["runs"].items():
-    recs = r.get("rti_records", [])
-    pts = [(x["iteration"], x["rti/mean_accepted_ppl"]) for x in recs
-           if isinstance(x.get("rti/mean_accepted_ppl"), (int, float)) and np.isfinite(x["rti/mean_accepted_ppl"])]
-    if pts:
-      ax.plot(*zip(*pts), marker="o", label=f"seed {seed}")
+    for method in results["methods"][1:]:
+      recs = r.get(f"{method}_records", [])
+      pts = [(x["iteration"], x["rti/mean_accepted_ppl"]) for x in recs
+             if isinstance(x.get("rti/mean_accepted_ppl"), (int, float)) and np.isfinite(x["rti/mean_accepted_ppl"])]
+      if pts:
+        ax.plot(*zip(*pts), marker="o", label=f"{method} seed {seed}")
   ax.set(title="Mean PPL of accepted interventions (Fig. 5a)", xlabel="iteration", ylabel="PPL_roll")
   ax.grid(alpha=0.3)
   if ax.get_legend_handles_labels()[0]:
@@ -181,17 +194,15 @@ def main(argv: Sequence[str] | None = None) -> int:
   name = load_config(args.config, overrides).name + ("-quick" if args.quick else "")
   out = pathlib.Path(args.out) if args.out else reporting.make_run_dir("runs", name)
   out.mkdir(parents=True, exist_ok=True)
-  results = run(args.config, overrides, args.seeds, args.methods, out, progress=not args.no_progress)
+  variants = {m: [f"loss.method={m}"] for m in args.methods}
+  results = run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress)
   cols, rows = summary_rows(results)
   table = reporting.print_table(f"Navigation, held-out test split ({len(args.seeds)} seed(s), %)", cols, rows)
   scols, srows = seed_rows(results)
   seed_table = reporting.print_table("Per seed (p@1, %)", scols, srows)
-  stored = {k: v for k, v in results.items() if k != "runs"}
-  stored["runs"] = {s: {k: v for k, v in r.items() if not k.endswith("_records")} for s, r in results["runs"].items()}
-  stored["table"] = {"columns": cols, "rows": rows}
-  stored["per_seed"] = {"columns": scols, "rows": srows}
-  reporting.write_json(out / "results.json", stored)
-  (out / "table.md").write_text(table + "\n\n" + seed_table + "\n")
+  results["table"] = {"columns": cols, "rows": rows}
+  results["per_seed"] = {"columns": scols, "rows": srows}
+  write_results(results, out, [table, seed_table])
   pngs = plot(results, out)
   print(f"run dir: {out}  (results.json, table.md, {', '.join(pngs)}, seed*/<method>/metrics.jsonl)")
   print(f"wall time: {results['wall_s'] / 60:.1f} min")
