@@ -57,6 +57,9 @@ class RolloutConfig:
   top_k: int = 0
   max_new_tokens: int = 64  # per assistant turn
   max_context: int = 1024  # prompt + all turns
+  backend: str = "jax"  # jax (in-process sampler) | sglang (a server, over HTTP)
+  sglang_url: Optional[str] = None  # e.g. http://127.0.0.1:30000 when backend = sglang
+  weights_dir: Optional[str] = None  # where policy weights are written for the server to reload
 
 
 @dataclasses.dataclass
@@ -140,6 +143,7 @@ class ExperimentConfig:
 _CHOICES = {
     "policy.dtype": ("float32", "bfloat16"),
     "env.name": ("navigation", "telecom"),
+    "rollout.backend": ("jax", "sglang"),
     "env.setting": ("tiny", "paper"),
     "intervention.validator": ("rules", "llm"),
     "intervention.verifier": ("rules", "llm", "off"),
@@ -172,6 +176,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
   for key in positive_ints:
     if _get(cfg, key) < 1:
       raise ConfigError(f"{key}: expected an integer >= 1, got {_get(cfg, key)!r}")
+  if cfg.rollout.backend == "sglang" and not cfg.rollout.sglang_url:
+    raise ConfigError("rollout.sglang_url: required when rollout.backend=sglang (e.g. http://127.0.0.1:30000)")
   if cfg.rollout.group_size < 2:
     raise ConfigError(f"rollout.group_size: GRPO needs at least 2 samples per group, got {cfg.rollout.group_size}")
   if not cfg.rollout.temperature >= 0:
