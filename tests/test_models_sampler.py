@@ -259,6 +259,6 @@ def test_next_token_logprobs_is_exact_with_ragged_chunks_and_differentiable(qwen
     lp = next_token_logprobs(m, jnp.asarray(ids), jnp.asarray(mask), chunk=4)
     return -jnp.sum(lp[:, :-1] * real)
 
-  grads = nnx.grad(loss)(model)
+  grads = nnx.jit(nnx.grad(loss))(model)
   g = grads["layers"][0]["mlp"]["up_proj"]["kernel"][...]
   assert np.all(np.isfinite(g)) and np.abs(g).max() > 0

@@ -147,57 +147,62 @@ _MESH_SCRIPT = textwrap.dedent("""
   from flax import nnx
   import models
   from models.weights import expand_table
-  path = sys.argv[1]
-  mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
-  model, config = models.from_pretrained(path, mesh=mesh)
-  leaves = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
-  n_split = 0
-  for hf, p, spec, _ in expand_table(config):
-    arr = leaves[p].get_value()
-    assert isinstance(arr.sharding, NamedSharding), (hf, arr.sharding)
-    assert len(arr.sharding.device_set) == 8, hf
-    shard = arr.addressable_shards[0].data.shape
-    if any(a is not None for a in arr.sharding.spec):
-      assert np.prod(shard) < np.prod(arr.shape), (hf, shard)
-      n_split += 1
-  assert n_split >= 9, n_split
-  P = jax.sharding.PartitionSpec
-  if config.num_experts:  # [experts, embed, mlp]: experts over "model", embed over "data"
-    experts = leaves[("layers", 0, "mlp", "gate_proj")].get_value()
-    assert experts.sharding.spec == P("model", "data", None), experts.sharding.spec
-    assert experts.addressable_shards[0].data.shape == (1, 16, 16)
-  else:
-    kernel = leaves[("layers", 0, "mlp", "gate_proj", "kernel")].get_value()
-    assert kernel.sharding.spec == P("data", "model"), kernel.sharding.spec
-    assert kernel.addressable_shards[0].data.shape == (16, 12)
-  batch = np.load(os.path.join(path, "batch.npz"))
-  ids, mask, want = batch["ids"], batch["mask"], batch["logits"]
-  got = np.asarray(jax.jit(lambda m, i, k: m(i, k))(model, ids, mask))
-  assert np.abs(got - want)[mask.astype(bool)].max() <= 1e-5
-  from models.sampler import Sampler
-  out = Sampler(model).generate([[5, 6, 7], [1]], key=jax.random.key(0), max_new_tokens=6,
-                                temperature=0.0)
-  np.testing.assert_array_equal(np.stack(out.tokens), batch["greedy"])
-  print("MESH-OK", config.model_type, n_split)
+  def check(path):
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    model, config = models.from_pretrained(path, mesh=mesh)
+    leaves = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
+    n_split = 0
+    for hf, p, spec, _ in expand_table(config):
+      arr = leaves[p].get_value()
+      assert isinstance(arr.sharding, NamedSharding), (hf, arr.sharding)
+      assert len(arr.sharding.device_set) == 8, hf
+      shard = arr.addressable_shards[0].data.shape
+      if any(a is not None for a in arr.sharding.spec):
+        assert np.prod(shard) < np.prod(arr.shape), (hf, shard)
+        n_split += 1
+    assert n_split >= 9, n_split
+    P = jax.sharding.PartitionSpec
+    if config.num_experts:  # [experts, embed, mlp]: experts over "model", embed over "data"
+      experts = leaves[("layers", 0, "mlp", "gate_proj")].get_value()
+      assert experts.sharding.spec == P("model", "data", None), experts.sharding.spec
+      assert experts.addressable_shards[0].data.shape == (1, 16, 16)
+    else:
+      kernel = leaves[("layers", 0, "mlp", "gate_proj", "kernel")].get_value()
+      assert kernel.sharding.spec == P("data", "model"), kernel.sharding.spec
+      assert kernel.addressable_shards[0].data.shape == (16, 12)
+    batch = np.load(os.path.join(path, "batch.npz"))
+    ids, mask, want = batch["ids"], batch["mask"], batch["logits"]
+    got = np.asarray(jax.jit(lambda m, i, k: m(i, k))(model, ids, mask))
+    assert np.abs(got - want)[mask.astype(bool)].max() <= 1e-5
+    from models.sampler import Sampler
+    out = Sampler(model).generate([[5, 6, 7], [1]], key=jax.random.key(0), max_new_tokens=6,
+                                  temperature=0.0)
+    np.testing.assert_array_equal(np.stack(out.tokens), batch["greedy"])
+    print("MESH-OK", config.model_type, n_split)
+  for path in sys.argv[1:]:
+    check(path)
 """)
 
 
-@pytest.mark.parametrize("family", ["qwen3", "qwen3_moe"])
-def test_shard_on_load_over_8_host_devices(tmp_path, family):
-  """Runs in a subprocess: XLA_FLAGS must be set before jax is imported."""
-  write_checkpoint(tmp_path, family)
-  ids, mask = padded_batch()
-  plain, _ = models.from_pretrained(tmp_path)
-  greedy = models.Sampler(plain).generate([[5, 6, 7], [1]], key=jax.random.key(0), max_new_tokens=6,
-                                         temperature=0.0)
-  np.savez(tmp_path / "batch.npz", ids=ids, mask=mask, logits=_flax_logits(plain, ids, mask),
-           greedy=np.stack(greedy.tokens))
+def test_shard_on_load_over_8_host_devices(tmp_path):
+  """Qwen3 and Qwen3-MoE, in one subprocess: XLA_FLAGS must be set before jax is imported."""
+  families = ["qwen3", "qwen3_moe"]
+  for family in families:
+    path = tmp_path / family
+    write_checkpoint(path, family)
+    ids, mask = padded_batch()
+    plain, _ = models.from_pretrained(path)
+    greedy = models.Sampler(plain).generate([[5, 6, 7], [1]], key=jax.random.key(0),
+                                           max_new_tokens=6, temperature=0.0)
+    np.savez(path / "batch.npz", ids=ids, mask=mask, logits=_flax_logits(plain, ids, mask),
+             greedy=np.stack(greedy.tokens))
   script = _MESH_SCRIPT.format(root=ROOT)
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-  res = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
-                       text=True, env=env, timeout=300)
+  res = subprocess.run([sys.executable, "-c", script] + [str(tmp_path / f) for f in families],
+                       capture_output=True, text=True, env=env, timeout=300)
   assert res.returncode == 0, res.stderr[-3000:]
-  assert f"MESH-OK {family}" in res.stdout
+  for family in families:
+    assert f"MESH-OK {family}" in res.stdout
 
 
 def test_save_and_load_reject_an_unknown_dtype(tmp_path):
