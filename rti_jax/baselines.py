@@ -1,0 +1,256 @@
+"""Trainer-side support of the baselines (paper Sec. 5.1, App. C.3): what their losses need
+beyond an on-policy GRPO batch.
+
+* AEPO (Dong et al.): ``RTIBatch.entropy`` [B, T], the per-token entropy of the sampling
+  policy (the parameters that drew the rollouts, at temperature 1, the same distribution
+  whose log-probs are ``old_logp``), read by ``objectives.aepo_advantages``.
+* OPD (on-policy distillation, slime's form): ``RTIBatch.teacher_logp`` [B, T], the log-probs
+  a teacher checkpoint (``baselines.teacher_path``) gives the student's own tokens, folded
+  into the advantage by ``objectives.opd_advantages``.
+* LUFFY (Yan et al.): successful off-policy demonstrations mixed into the rollout groups. The
+  demonstrator here is the scripted Navigation oracle (``envs.navigation.OracleAgent``): its
+  turns are tokenized with the policy's chat template exactly as a rollout is laid out, and
+  its assistant tokens are marked off-policy (``intervened_mask``), which ``luffy_loss`` trains
+  with the shaped, unclipped ``f(pi_theta) = pi / (pi + gamma)`` term. A demonstration replaces
+  one on-policy member of a group (the last), as LUFFY mixes 1 off-policy + (G-1) on-policy
+  samples. ``when="all_fail"`` (default) does so only for groups in which every rollout
+  failed, the protocol of the RTI paper's App. C.3; ``when="always"`` mixes one into every
+  group, as the LUFFY paper does.
+
+GSPO needs nothing here: it is a loss over the ordinary batch (``objectives.gspo_loss``).
+Everything in this module is host-side or a jitted forward pass at the trainer's boundary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rti_jax import objectives
+from rti_jax.envs.base import Environment
+from rti_jax.generation.base import GenerationBackend
+from rti_jax.rollout import ChatFormatter, Episode, Trajectory
+
+LUFFY_WHEN = ("all_fail", "always")
+
+# ---------------------------------------------------------------------------------------
+# AEPO: per-token entropy of the sampling policy
+# ---------------------------------------------------------------------------------------
+
+
+def token_entropy(logits: jax.Array) -> jax.Array:
+  """Entropy of each next-token distribution, aligned like ``objectives.next_token_logprobs``.
+
+  logits: [B, T, V] where ``logits[:, t]`` predicts token ``t + 1``. Returns [B, T] float32
+  with ``out[:, t] = H(softmax(logits[:, t - 1]))`` for ``t >= 1`` and ``out[:, 0] = 0``, i.e.
+  ``out[:, t]`` is the entropy of the distribution token ``t`` was drawn from (nats).
+  """
+  if logits.ndim != 3:
+    raise ValueError(f"logits: expected rank 3 [B, T, V], got shape {tuple(logits.shape)}")
+  logz = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
+  ent = -jnp.sum(jnp.exp(logz) * logz, axis=-1)
+  return jnp.pad(ent, ((0, 0), (1, 0)))
+
+
+def make_entropy_fn(graphdef: Any, rest: Any) -> Callable[[Any, jax.Array, jax.Array], jax.Array]:
+  """Jitted ``(params, input_ids [B, T], attention_mask [B, T]) -> entropy [B, T]`` of the model
+  ``nnx.merge(graphdef, params, rest)`` (the trainer's policy)."""
+  from flax import nnx
+
+  @jax.jit
+  def entropy_fn(params: Any, ids: jax.Array, mask: jax.Array) -> jax.Array:
+    net = nnx.merge(graphdef, params, rest)
+    return token_entropy(net(ids, mask)) * (mask != 0)
+
+  return entropy_fn
+
+
+# ---------------------------------------------------------------------------------------
+# OPD: teacher log-probs of the student's tokens
+# ---------------------------------------------------------------------------------------
+
+
+def _vocab(tokenizer: Any) -> dict[str, int]:
+  return dict(tokenizer.get_vocab())
+
+
+def load_teacher(path: str | pathlib.Path, policy_tokenizer: Any, policy_vocab_size: int,
+                 dtype: Any = jnp.float32) -> Any:
+  """The OPD teacher as an NNX model; it must share the policy's tokenizer.
+
+  path: a local HF checkpoint dir with its tokenizer (e.g. ``policies/navigation_teacher``,
+  made by ``experiments/navigation_sft.py --resolve-share 1.0 --policy-dir ...``). Raises
+  ValueError naming ``baselines.teacher_path`` when it is missing or its vocabulary differs.
+  """
+  from models import from_pretrained
+  from transformers import AutoTokenizer
+
+  p = pathlib.Path(path)
+  if not (p / "config.json").exists():
+    raise ValueError(f"baselines.teacher_path: expected an HF checkpoint dir with config.json, got {str(path)!r}")
+  teacher, tcfg = from_pretrained(str(p), dtype=dtype)
+  ttok = AutoTokenizer.from_pretrained(str(p))
+  if _vocab(ttok) != _vocab(policy_tokenizer):
+    raise ValueError(f"baselines.teacher_path: expected a teacher with the policy's tokenizer "
+                     f"({len(_vocab(policy_tokenizer))} tokens), got one with {len(_vocab(ttok))} "
+                     f"different or differently numbered tokens at {str(path)!r}")
+  if int(tcfg.vocab_size) != int(policy_vocab_size):
+    raise ValueError(f"baselines.teacher_path: expected vocab_size {policy_vocab_size} (the policy's), "
+                     f"got {tcfg.vocab_size}")
+  return teacher
+
+
+def make_teacher_logp_fn(teacher: Any) -> Callable[[jax.Array, jax.Array], jax.Array]:
+  """Jitted ``(input_ids [B, T], attention_mask [B, T]) -> teacher_logp [B, T]`` (aligned like
+  ``next_token_logprobs``; 0 on padding)."""
+  from flax import nnx
+
+  graphdef, state = nnx.split(teacher)
+
+  @jax.jit
+  def logp_fn(state: Any, ids: jax.Array, mask: jax.Array) -> jax.Array:
+    net = nnx.merge(graphdef, state)
+    return objectives.next_token_logprobs(net(ids, mask), ids) * (mask != 0)
+
+  return lambda ids, mask: logp_fn(state, ids, mask)
+
+
+def add_policy_signals(batch: objectives.RTIBatch, *, entropy: jax.Array | None = None,
+                       teacher_logp: jax.Array | None = None) -> objectives.RTIBatch:
+  """``batch`` with ``entropy`` / ``teacher_logp`` ([B, T] float32 each) filled in and checked."""
+  changes: dict[str, Any] = {}
+  if entropy is not None:
+    changes["entropy"] = jnp.asarray(entropy, jnp.float32)
+  if teacher_logp is not None:
+    changes["teacher_logp"] = jnp.asarray(teacher_logp, jnp.float32)
+  return dataclasses.replace(batch, **changes).check() if changes else batch
+
+
+# ---------------------------------------------------------------------------------------
+# LUFFY: off-policy demonstrations mixed into groups
+# ---------------------------------------------------------------------------------------
+
+
+def demonstrator_for(domain: str) -> Callable[[Any], Any]:
+  """``task -> agent`` (with ``act(messages) -> str``) writing LUFFY's off-policy demonstrations.
+
+  navigation: the scripted ``OracleAgent`` (searches, re-searches off-city stops with the
+  trip's region, plans the route). Other domains have no offline demonstrator yet.
+  """
+  if domain == "navigation":
+    from rti_jax.envs.navigation import OracleAgent
+
+    return OracleAgent
+  raise ValueError(f"domain: expected 'navigation' (the only domain with a scripted demonstrator), got {domain!r}")
+
+
+@dataclasses.dataclass
+class LuffyStats:
+  """Counters of one iteration's mixing (``as_dict`` -> ``luffy/*`` metric keys)."""
+
+  groups_eligible: int = 0
+  groups_mixed: int = 0
+  demos_failed: int = 0
+  demos_error: int = 0
+  demo_tokens: int = 0
+
+  def as_dict(self) -> dict[str, int]:
+    return {f"luffy/{k}": v for k, v in dataclasses.asdict(self).items()}
+
+
+def demonstration_trajectories(
+  tasks: Sequence[Any],
+  env_factory: Callable[[], Environment],
+  agent_factory: Callable[[Any], Any],
+  backend: GenerationBackend,
+  formatter: ChatFormatter,
+  max_prompt_tokens: int,
+  *,
+  task_id: Callable[[Any], str],
+  max_turns: int = 64,
+) -> list[Trajectory | None]:
+  """One demonstration episode per task, laid out exactly as a rollout (``rollout.Episode``).
+
+  Each assistant turn is ``formatter.encode_assistant(agent.act(messages))``; its tokens are
+  trainable and marked off-policy (``intervened_mask``). ``behaviour_logp`` (and the unused
+  ``roll_logp = cal_logp``) is the current policy's teacher-forced log-prob of the token
+  (``backend.score``), so the batch's clip / KL metrics stay meaningful; LUFFY's off-policy
+  term does not read it. A demonstrator that raises, or runs past ``max_turns``, yields None.
+  """
+  episodes: list[Episode | None] = []
+  agents = []
+  for task in tasks:
+    episodes.append(Episode(env_factory(), task, task_id(task), formatter, max_prompt_tokens))
+    agents.append(agent_factory(task))
+  failed: set[int] = set()
+  for _ in range(max_turns):
+    live = [i for i, e in enumerate(episodes) if e is not None and e.live and i not in failed]
+    if not live:
+      break
+    turns: dict[int, list[int]] = {}
+    for i in live:
+      try:
+        turns[i] = formatter.encode_assistant(agents[i].act(list(episodes[i].traj.messages)))
+      except Exception:  # noqa: BLE001 - a broken demonstration is counted, never fatal
+        failed.add(i)
+    order = sorted(turns)
+    scores = backend.score([episodes[i].context() for i in order], [turns[i] for i in order])
+    for i, lp in zip(order, scores):
+      lp = np.asarray(lp, np.float32).tolist()
+      episodes[i].apply_turn(formatter, turns[i], lp, "stop", max_prompt_tokens, roll_logp=lp, cal_logp=lp)
+  out: list[Trajectory | None] = []
+  for i, e in enumerate(episodes):
+    if e is None or i in failed or e.live:
+      out.append(None)
+    else:
+      e.traj.info["off_policy"] = True
+      out.append(e.traj)
+  return out
+
+
+def mix_demonstrations(
+  groups: Sequence[Sequence[Trajectory]],
+  tasks: Sequence[Any],
+  env_factory: Callable[[], Environment],
+  agent_factory: Callable[[Any], Any],
+  backend: GenerationBackend,
+  formatter: ChatFormatter,
+  max_prompt_tokens: int,
+  *,
+  task_id: Callable[[Any], str],
+  when: str = "all_fail",
+  success_reward: float = 1.0,
+) -> tuple[list[list[Trajectory]], LuffyStats]:
+  """LUFFY's mixed groups: a successful demonstration replaces the last member of each eligible group.
+
+  groups[n]: the G on-policy trajectories of tasks[n]. when: "all_fail" (groups whose every
+  reward is <= 0; RTI paper App. C.3) or "always" (every group; LUFFY paper). A demonstration
+  that errors or does not reach ``success_reward`` is counted (``demos_error`` / ``demos_failed``)
+  and the group is left on-policy. Returns the new groups and the counters.
+  """
+  if when not in LUFFY_WHEN:
+    raise ValueError(f"when: expected one of {list(LUFFY_WHEN)}, got {when!r}")
+  if len(groups) != len(tasks):
+    raise ValueError(f"tasks: expected {len(groups)} (one per group), got {len(tasks)}")
+  out = [list(g) for g in groups]
+  eligible = [n for n, g in enumerate(groups) if when == "always" or max(t.reward for t in g) <= 0.0]
+  stats = LuffyStats(groups_eligible=len(eligible))
+  if not eligible:
+    return out, stats
+  demos = demonstration_trajectories([tasks[n] for n in eligible], env_factory, agent_factory, backend, formatter,
+                                     max_prompt_tokens, task_id=task_id)
+  for n, demo in zip(eligible, demos):
+    if demo is None:
+      stats.demos_error += 1
+    elif demo.reward < success_reward:
+      stats.demos_failed += 1
+    else:
+      out[n][-1] = demo
+      stats.groups_mixed += 1
+      stats.demo_tokens += int(sum(demo.loss_mask))
+  return out, stats
