@@ -91,6 +91,19 @@ class LossConfig:
 
 
 @dataclasses.dataclass
+class BaselinesConfig:
+  """Settings of the baselines (loss.method gspo | aepo | opd | luffy); see ``rti_jax.baselines``."""
+
+  teacher_path: Optional[str] = None  # OPD teacher: an HF checkpoint sharing the policy's tokenizer
+  opd_coef: float = 1.0  # weight of the per-token reverse-KL term folded into the advantage
+  luffy_when: str = "all_fail"  # all_fail (RTI paper App. C.3) | always (LUFFY paper): groups given a demo
+  luffy_gamma: float = 0.1  # policy-shaping f(p) = p / (p + gamma) of off-policy tokens
+  aepo_alpha: float = 0.2  # entropy-aware advantage scale
+  gspo_clip_low: float = 3e-4  # GSPO's sequence-level clip range
+  gspo_clip_high: float = 4e-4
+
+
+@dataclasses.dataclass
 class OptimConfig:
   """optax AdamW with a constant learning rate (the paper's setting)."""
 
@@ -135,6 +148,7 @@ class ExperimentConfig:
   rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
   intervention: InterventionConfig = dataclasses.field(default_factory=InterventionConfig)
   loss: LossConfig = dataclasses.field(default_factory=LossConfig)
+  baselines: BaselinesConfig = dataclasses.field(default_factory=BaselinesConfig)
   optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
   mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
   train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
@@ -151,6 +165,7 @@ _CHOICES = {
     "loss.kl_kind": ("k1", "abs", "k2", "k3", "low_var_kl"),
     "loss.aggregation": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
     "loss.adv_std": ("population", "unbiased", "none"),
+    "baselines.luffy_when": ("all_fail", "always"),
 }
 
 
@@ -200,6 +215,18 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       raise ConfigError(f"{key}: expected a positive size or -1, got {_get(cfg, key)}")
   if sum(_get(cfg, k) == -1 for k in ("mesh.data", "mesh.fsdp", "mesh.tensor")) > 1:
     raise ConfigError("mesh: at most one axis may be -1")
+  # --- baselines ---
+  if cfg.loss.method == "opd" and not cfg.baselines.teacher_path:
+    raise ConfigError("baselines.teacher_path: expected a teacher checkpoint dir for loss.method=opd, got None "
+                      "(make one with experiments/navigation_sft.py --resolve-share 1.0 --policy-dir <dir>)")
+  for key in ("baselines.opd_coef", "baselines.aepo_alpha"):
+    if not _get(cfg, key) >= 0:
+      raise ConfigError(f"{key}: expected >= 0, got {_get(cfg, key)}")
+  if not cfg.baselines.luffy_gamma > 0:
+    raise ConfigError(f"baselines.luffy_gamma: expected > 0, got {cfg.baselines.luffy_gamma}")
+  if not (0 <= cfg.baselines.gspo_clip_low < 1 and cfg.baselines.gspo_clip_high >= 0):
+    raise ConfigError(f"baselines.gspo_clip_low/high: expected low in [0, 1) and high >= 0, got "
+                      f"{cfg.baselines.gspo_clip_low}, {cfg.baselines.gspo_clip_high}")
   return cfg
 
 

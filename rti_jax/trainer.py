@@ -33,7 +33,7 @@ import optax
 from flax import nnx
 from tqdm.auto import tqdm
 
-from rti_jax import objectives, reporting
+from rti_jax import baselines, objectives, reporting
 from rti_jax.checkpoint import TrainCheckpointer
 from rti_jax.config import ExperimentConfig
 from rti_jax.envs.base import Environment
@@ -170,6 +170,8 @@ class Trainer:
         name=cfg.loss.method, clip_low=cfg.loss.clip_low, clip_high=cfg.loss.clip_high,
         dual_clip=cfg.loss.dual_clip, eps_cal=cfg.intervention.eps_cal, beta=cfg.loss.beta,
         kl_kind=cfg.loss.kl_kind, agg=cfg.loss.aggregation,
+        gspo_clip_low=cfg.baselines.gspo_clip_low, gspo_clip_high=cfg.baselines.gspo_clip_high,
+        luffy_gamma=cfg.baselines.luffy_gamma, opd_coef=cfg.baselines.opd_coef, aepo_alpha=cfg.baselines.aepo_alpha,
     )
     self.tx = optax.chain(
         optax.clip_by_global_norm(cfg.optim.max_grad_norm),
@@ -179,6 +181,15 @@ class Trainer:
     self.state: TrainState = self.train_step.state
     self.ref_params = self.state.params if cfg.loss.beta > 0 else None
     self._logp_fn = jax.jit(self._forward_logp)
+    # --- baselines (rti_jax/baselines.py): AEPO's entropy, OPD's teacher, LUFFY's demonstrator ---
+    method = cfg.loss.method
+    self.entropy_fn = baselines.make_entropy_fn(self.train_step.graphdef, self.state.rest) if method == "aepo" else None
+    self.teacher_logp_fn = None
+    if method == "opd":
+      teacher = baselines.load_teacher(cfg.baselines.teacher_path, self.tokenizer, self.model_config.vocab_size, dtype)
+      self.teacher_logp_fn = baselines.make_teacher_logp_fn(teacher)
+    self.demonstrator = baselines.demonstrator_for(self.source.domain) if method == "luffy" else None
+    # --- end baselines ---
     self.checkpointer = TrainCheckpointer(self.run_dir / "ckpt", max_to_keep=cfg.train.keep_checkpoints)
     self.key = jax.random.key(cfg.train.seed)
     self.iteration = 0
@@ -262,6 +273,15 @@ class Trainer:
         groups, tasks, src.env_factory, self.backend, self.formatter, self.roles, self.intervention_config,
         self.rollout_config, task_id=src.task_id, seed=seed_from_key(k_int),
     )
+    # --- baselines: LUFFY mixes off-policy demonstrations into groups (rti_jax/baselines.py) ---
+    luffy_stats: dict[str, int] = {}
+    if self.demonstrator is not None:
+      groups, mixed = baselines.mix_demonstrations(
+          groups, tasks, src.env_factory, self.demonstrator, self.backend, self.formatter,
+          self.rollout_config.max_prompt_tokens, task_id=src.task_id, when=self.cfg.baselines.luffy_when,
+      )
+      luffy_stats = mixed.as_dict()
+    # --- end baselines ---
     t_int = time.perf_counter()
     rewards_after = np.asarray([[t.reward for t in g] for g in groups], np.float32)
     update_metrics = self.update(groups)
@@ -288,6 +308,7 @@ class Trainer:
         "tokens_per_s": num_tokens / max(t_end - t0, 1e-9),
     }
     record.update(istats.as_dict())
+    record.update(luffy_stats)
     record.update(update_metrics)
     return record
 
@@ -300,6 +321,7 @@ class Trainer:
       raise ValueError(f"optim.minibatches: expected a divisor of rollout.tasks_per_iter={len(groups)}, got {m}")
     per = len(groups) // m
     sums: dict[str, float] = {}
+    sampling_params = self.state.params  # the policy that drew the rollouts (AEPO's entropy)
     for j in range(m):
       batch = pipeline.assemble_batch(
           groups[j * per:(j + 1) * per], pad_id=self.pad_id, reweight=self.cfg.intervention.reweight,
@@ -307,6 +329,15 @@ class Trainer:
       )
       # Every row padded to the same bucketed length -> a few compiled shapes at most.
       batch = _pad_batch(batch, max_len)
+      # --- baselines: AEPO's entropy / OPD's teacher log-probs (rti_jax/baselines.py) ---
+      batch = baselines.add_policy_signals(
+          batch,
+          entropy=None if self.entropy_fn is None else self.entropy_fn(sampling_params, batch.input_ids,
+                                                                       batch.attention_mask),
+          teacher_logp=None if self.teacher_logp_fn is None else self.teacher_logp_fn(batch.input_ids,
+                                                                                      batch.attention_mask),
+      )
+      # --- end baselines ---
       if self.ref_params is not None:
         batch = dataclasses.replace(batch, ref_logp=self._logp_fn(self.ref_params, batch.input_ids,
                                                                   batch.attention_mask))
