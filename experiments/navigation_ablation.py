@@ -1,0 +1,128 @@
+"""RTI's ablations on Navigation (paper Sec. 5.3, Table 3).
+
+    python experiments/run.py --exp=navigation_ablation                 # one seed, the config's budget
+    python experiments/run.py --exp=navigation_ablation --seeds 0 1 2
+    python experiments/run.py --exp=navigation_ablation --quick         # a smoke run on this CPU
+    python experiments/run.py --exp=navigation_ablation train.iterations=30   # overrides
+
+GRPO, RTI w/o Post-Check (``intervention.verifier=off``), RTI w/o PPL Gating
+(``intervention.delta=inf``), RTI w/o Reweight (``intervention.reweight=false``) and RTI are
+trained from the same base policy, with the same budget and seed; the base policy and every
+variant are then evaluated on the held-out test split. The table has Table 3's layout:
+pass@1..4 and pass^1..4 (percent, mean over seeds; a k above ``train.eval_samples`` is
+shown as nan). The run dir gets ``results.json``, ``table.md``, ``ablation.png`` (pass@k and
+pass^k against k per variant) and the per-iteration plots of ``navigation.plot``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from typing import Any, Sequence
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+for _p in (str(HERE.parent), str(HERE)):
+  if _p not in sys.path:
+    sys.path.insert(0, _p)
+
+import navigation as nav_exp  # noqa: E402
+from rti_jax import reporting  # noqa: E402
+from rti_jax.config import load_config  # noqa: E402
+
+#: label -> overrides on top of the shared base config (same policy, budget and seed).
+VARIANTS: dict[str, list[str]] = {
+    "grpo": ["loss.method=grpo"],
+    "rti_no_postcheck": ["loss.method=rti", "intervention.verifier=off"],
+    "rti_no_ppl_gate": ["loss.method=rti", "intervention.delta=inf"],
+    "rti_no_reweight": ["loss.method=rti", "intervention.reweight=false"],
+    "rti": ["loss.method=rti"],
+}
+#: Table 3's row names.
+NAMES = {"base": "Base policy", "grpo": "GRPO", "rti_no_postcheck": "RTI w/o Post-Check",
+         "rti_no_ppl_gate": "RTI w/o PPL Gating", "rti_no_reweight": "RTI w/o Reweight", "rti": "RTI"}
+KS = (1, 2, 3, 4)
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
+  p = argparse.ArgumentParser(prog="run.py --exp=navigation_ablation", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--config", default="navigation", help="a config name under configs/ or a YAML path")
+  p.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (table = mean over seeds)")
+  p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+  p.add_argument("--quick", action="store_true", help="a small smoke profile (CI)")
+  p.add_argument("--out", default=None, help="run directory (default: runs/<name>-ablation-<time>)")
+  p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+  p.add_argument("overrides", nargs="*", help="config overrides key=value")
+  return p.parse_known_args(argv)
+
+
+def table3_rows(results: dict[str, Any], part: str = "all") -> tuple[list[str], list[list[Any]]]:
+  """Table 3 rows (percent, mean over seeds): pass@1..4 then pass^1..4 of each method on ``part``."""
+  cols = ["method", *[f"pass@{k}" for k in KS], *[f"pass^{k}" for k in KS]]
+  rows = []
+  for method in results["methods"]:
+    vals = []
+    for key in [*[f"pass@{k}" for k in KS], *[f"pass^{k}" for k in KS]]:
+      xs = [r[method][part][key] for r in results["runs"].values() if part in r[method] and key in r[method][part]]
+      vals.append(100 * float(np.mean(xs)) if xs else float("nan"))
+    rows.append([NAMES.get(method, method), *vals])
+  return cols, rows
+
+
+def plot_ablation(cols: Sequence[str], rows: Sequence[Sequence[Any]], out: pathlib.Path) -> str:
+  """``ablation.png``: pass@k (left) and pass^k (right) against k, one line per method."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+  for row in rows:
+    at = [row[1 + i] for i in range(len(KS))]
+    hat = [row[1 + len(KS) + i] for i in range(len(KS))]
+    axes[0].plot(KS, at, marker="o", label=row[0])
+    axes[1].plot(KS, hat, marker="o", label=row[0])
+  axes[0].set(title="pass@k (Table 3)", xlabel="k", ylabel="%", xticks=KS)
+  axes[1].set(title="pass^k (Table 3)", xlabel="k", ylabel="%", xticks=KS)
+  for ax in axes:
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(out / "ablation.png", dpi=120)
+  plt.close(fig)
+  return "ablation.png"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  args, unknown = parse_args(argv)
+  bad = [u for u in unknown if u.startswith("--")]
+  if bad:
+    print(f"unknown options: {bad}; see --help", file=sys.stderr)
+    return 2
+  overrides = (nav_exp.QUICK if args.quick else []) + list(args.overrides) + list(unknown)
+  name = load_config(args.config, overrides).name + "-ablation" + ("-quick" if args.quick else "")
+  out = pathlib.Path(args.out) if args.out else reporting.make_run_dir("runs", name)
+  out.mkdir(parents=True, exist_ok=True)
+  variants = {v: VARIANTS[v] for v in args.variants}
+  results = nav_exp.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress)
+  cols, rows = table3_rows(results)
+  title = f"Navigation ablation, held-out test split ({len(args.seeds)} seed(s), %; Table 3 layout)"
+  table = reporting.print_table(title, cols, rows)
+  tables = [table]
+  if any("disambiguation" in r[results["methods"][-1]] for r in results["runs"].values()):
+    dcols, drows = table3_rows(results, "disambiguation")
+    tables.append(reporting.print_table("... on the tasks that need disambiguation (%)", dcols, drows))
+    results["table_disambiguation"] = {"columns": dcols, "rows": drows}
+  results["table"] = {"columns": cols, "rows": rows}
+  nav_exp.write_results(results, out, tables)
+  pngs = [plot_ablation(cols, rows, out), *nav_exp.plot(results, out)]
+  print(f"run dir: {out}  (results.json, table.md, {', '.join(pngs)}, seed*/<variant>/metrics.jsonl)")
+  print(f"wall time: {results['wall_s'] / 60:.1f} min")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,154 @@
+"""The RL baselines on Navigation (paper Sec. 5.1-5.2, Table 1's Navigation columns).
+
+    python experiments/run.py --exp=navigation_baselines                  # one seed, the config's budget
+    python experiments/run.py --exp=navigation_baselines --seeds 0 1 2
+    python experiments/run.py --exp=navigation_baselines --quick          # a smoke run on this CPU
+    python experiments/run.py --exp=navigation_baselines --teacher policies/navigation_teacher
+
+GRPO, GSPO, AEPO, OPD, LUFFY and RTI are trained from the same base policy, budget and seed
+and evaluated with the base policy on the held-out test split; Table 1's columns (p@1,
+avg p@k, avg pk) are printed, overall and on the tasks that need disambiguation.
+
+Each baseline follows its paper (see ``rti_jax/objectives/baselines.py`` and ``rti_jax/baselines.py``):
+
+* GSPO: sequence-level, length-normalised ratio and sequence-level clipping (3e-4 / 4e-4).
+* AEPO: the policy-update part (entropy-aware advantages from the sampling policy's per-token
+  entropy, gradient-preserving upper clip, token-mean aggregation). AEPO's rollout-side
+  entropy-balanced branching is not implemented: its groups are ordinary G-sample groups.
+* OPD: slime's on-policy distillation, ``A_t = A - coef * (log pi_student - log pi_teacher)``
+  on the student's own rollouts. The teacher is a checkpoint sharing the policy's tokenizer
+  (``--teacher``, default ``policies/navigation_teacher``), made offline by the SFT script
+  with the decisive re-search trained on every disambiguation task::
+
+      python experiments/run.py --exp=navigation_sft --resolve-share 1.0 \\
+          --policy-dir policies/navigation_teacher --out runs/navigation_teacher_sft
+
+  Without a teacher the OPD row is skipped (named in the table and in ``results.json``).
+* LUFFY: the scripted oracle's trajectories are the off-policy demonstrations (the paper uses
+  a larger model; offline, the oracle is the stronger policy we have). One replaces one failed
+  member of each all-fail group (RTI paper App. C.3; ``baselines.luffy_when=always`` mixes
+  one into every group, as the LUFFY paper does); its tokens are trained with LUFFY's shaped,
+  unclipped off-policy term; token-mean aggregation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from typing import Any, Sequence
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+for _p in (str(ROOT), str(HERE)):
+  if _p not in sys.path:
+    sys.path.insert(0, _p)
+
+import navigation as nav_exp  # noqa: E402
+from rti_jax import reporting  # noqa: E402
+from rti_jax.config import load_config  # noqa: E402
+
+DEFAULT_TEACHER = ROOT / "policies" / "navigation_teacher"
+METHODS = ("grpo", "gspo", "aepo", "opd", "luffy", "rti")
+NAMES = {"base": "Base policy", "grpo": "GRPO", "gspo": "GSPO", "aepo": "AEPO", "opd": "OPD", "luffy": "LUFFY",
+         "rti": "RTI"}
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
+  p = argparse.ArgumentParser(prog="run.py --exp=navigation_baselines", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--config", default="navigation", help="a config name under configs/ or a YAML path")
+  p.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (table = mean over seeds)")
+  p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+  p.add_argument("--teacher", default=str(DEFAULT_TEACHER), help="OPD teacher checkpoint (shares the tokenizer)")
+  p.add_argument("--quick", action="store_true", help="a small smoke profile (CI)")
+  p.add_argument("--out", default=None, help="run directory (default: runs/<name>-baselines-<time>)")
+  p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+  p.add_argument("overrides", nargs="*", help="config overrides key=value")
+  return p.parse_known_args(argv)
+
+
+def baseline_variants(methods: Sequence[str], teacher: str | None) -> tuple[dict[str, list[str]], dict[str, str]]:
+  """label -> overrides for each method, and label -> reason for each method left out."""
+  per_method = {
+      "grpo": ["loss.method=grpo"],
+      "gspo": ["loss.method=gspo"],
+      "aepo": ["loss.method=aepo", "loss.aggregation=token-mean"],
+      "opd": ["loss.method=opd", f"baselines.teacher_path={teacher}"],
+      "luffy": ["loss.method=luffy", "loss.aggregation=token-mean"],
+      "rti": ["loss.method=rti"],
+  }
+  variants, skipped = {}, {}
+  for m in methods:
+    if m == "opd" and (not teacher or not (pathlib.Path(teacher) / "config.json").exists()):
+      skipped[m] = (f"no teacher checkpoint at {teacher!r}; make one with `python experiments/run.py "
+                    "--exp=navigation_sft --resolve-share 1.0 --policy-dir policies/navigation_teacher`")
+      continue
+    variants[m] = per_method[m]
+  return variants, skipped
+
+
+def table1_rows(results: dict[str, Any], skipped: dict[str, str]) -> tuple[list[str], list[list[Any]]]:
+  """``navigation.summary_rows`` with Table 1's method names, plus a nan row per skipped method."""
+  cols, rows = nav_exp.summary_rows(results)
+  out = [[NAMES.get(r[0], r[0]), *r[1:]] for r in rows]
+  for m in skipped:
+    out.append([f"{NAMES[m]} (skipped)", *[float("nan")] * (len(cols) - 1)])
+  return cols, out
+
+
+def plot_bars(cols: Sequence[str], rows: Sequence[Sequence[Any]], out: pathlib.Path) -> str:
+  """``baselines.png``: p@1, avg p@k and avg pk per method (Table 1 as bars)."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  import numpy as np
+
+  metrics = list(cols[1:4])
+  x = np.arange(len(rows))
+  fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows)), 4))
+  w = 0.8 / len(metrics)
+  for j, m in enumerate(metrics):
+    ax.bar(x + (j - (len(metrics) - 1) / 2) * w, [r[1 + j] for r in rows], w, label=m)
+  ax.set_xticks(x, [r[0] for r in rows], rotation=20, fontsize=8)
+  ax.set(title="Navigation, held-out test split (Table 1)", ylabel="%")
+  ax.grid(alpha=0.3, axis="y")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(out / "baselines.png", dpi=120)
+  plt.close(fig)
+  return "baselines.png"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  args, unknown = parse_args(argv)
+  bad = [u for u in unknown if u.startswith("--")]
+  if bad:
+    print(f"unknown options: {bad}; see --help", file=sys.stderr)
+    return 2
+  overrides = (nav_exp.QUICK if args.quick else []) + list(args.overrides) + list(unknown)
+  name = load_config(args.config, overrides).name + "-baselines" + ("-quick" if args.quick else "")
+  out = pathlib.Path(args.out) if args.out else reporting.make_run_dir("runs", name)
+  out.mkdir(parents=True, exist_ok=True)
+  variants, skipped = baseline_variants(args.methods, args.teacher)
+  for m, why in skipped.items():
+    print(f"{NAMES[m]} skipped: {why}", file=sys.stderr)
+  if not variants:
+    print("no method left to train", file=sys.stderr)
+    return 2
+  results = nav_exp.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress)
+  results["skipped"] = skipped
+  cols, rows = table1_rows(results, skipped)
+  table = reporting.print_table(f"Navigation baselines, held-out test split ({len(args.seeds)} seed(s), %; "
+                                "Table 1 columns)", cols, rows)
+  results["table"] = {"columns": cols, "rows": rows}
+  nav_exp.write_results(results, out, [table])
+  pngs = [plot_bars(cols, rows, out), *nav_exp.plot(results, out)]
+  print(f"run dir: {out}  (results.json, table.md, {', '.join(pngs)}, seed*/<method>/metrics.jsonl)")
+  print(f"wall time: {results['wall_s'] / 60:.1f} min")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
