@@ -38,9 +38,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--hidden", type=int, default=None)
   p.add_argument("--layers", type=int, default=None)
   p.add_argument("--heads", type=int, default=2)
-  p.add_argument("--head-dim", type=int, default=32)
+  p.add_argument("--head-dim", type=int, default=64)
+  p.add_argument("--qk-norm-init", type=float, default=2.0, help="initial q/k RMSNorm weight")
   p.add_argument("--lr", type=float, default=3e-3)
-  p.add_argument("--tokens-per-batch", type=int, default=8192)
+  p.add_argument("--tokens-per-batch", type=int, default=4096)
   p.add_argument("--resolve-share", type=float, default=0.06,
                  help="share of disambiguation tasks whose decisive re-search is trained")
   p.add_argument("--eval-tasks", type=int, default=None, help="tasks per kind (disambiguation / plain) per split")
@@ -54,7 +55,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.head_dim = 16
     args.eval_tasks = 2 if args.eval_tasks is None else args.eval_tasks
     args.eval_samples = min(args.eval_samples, 2)
-  args.epochs = 2.0 if args.epochs is None else args.epochs
+  args.epochs = 4.0 if args.epochs is None else args.epochs
   args.hidden = args.hidden or 128
   args.layers = args.layers or 3
   args.eval_tasks = 16 if args.eval_tasks is None else args.eval_tasks
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
   train_tasks = bench.train[:16] if args.quick else bench.train
 
   # Tokenizer: trained on train-split transcripts plus every benchmark token.
-  tok = build_tokenizer(sft_data.corpus_texts(train_tasks, env) + list(nav.vocabulary()), 1024)
+  tok = build_tokenizer(sft_data.corpus_texts(train_tasks, env) + list(nav.vocabulary()), 2048)
   fmt = ChatFormatter(tok)
   mix = sft_data.MixConfig(resolve_share=args.resolve_share, seed=args.seed)
   examples = sft_data.build_examples(train_tasks, env, fmt, mix)
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                                num_heads=args.heads, num_kv_heads=1, head_dim=args.head_dim,
                                intermediate_size=2 * args.hidden, pad_token_id=pad_id, eos_token_id=eos_id)
   model = Qwen(mcfg, rngs=nnx.Rngs(args.seed))
+  sft.sharpen_qk_norm(model, args.qk_norm_init)
   n_params = sft.count_params(model)
   log(f"model: qwen3 hidden {mcfg.hidden_size}, {mcfg.num_layers} layers, vocab {mcfg.vocab_size}, {n_params} params")
   scfg = sft.SFTConfig(epochs=args.epochs, lr=args.lr, tokens_per_batch=args.tokens_per_batch, seed=args.seed)

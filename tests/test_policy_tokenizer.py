@@ -26,7 +26,7 @@ def bench():
 @pytest.fixture(scope="module")
 def tok(bench):
   env = nav.NavigationEnv(bench.world)
-  return build_tokenizer(sft_data.corpus_texts(bench.train[:60], env) + list(nav.vocabulary()), 1024)
+  return build_tokenizer(sft_data.corpus_texts(bench.train[:60], env) + list(nav.vocabulary()), 2048)
 
 
 def _episode_texts(bench, tasks):
@@ -77,15 +77,17 @@ def test_control_and_markup_tokens_are_single_ids(tok):
     ids = tok.encode(t, add_special_tokens=False)
     assert len(ids) == 1 and tok.convert_ids_to_tokens(ids[0]) == t
   assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
-  assert len(tok) <= 1024
+  assert len(tok) <= 2048
 
 
-def test_words_and_digits_tokenize_the_same_in_a_result_and_in_a_call(tok):
+def test_words_and_numbers_tokenize_the_same_in_a_result_and_in_a_call(bench, tok):
   # Copying from observations into calls works on identical tokens.
   obs = "1. name Nanhu Lake; city Chengdu; location 104.1497,30.6141; type scenic spot"
   call = '{"name": "direction", "arguments": {"origin": "104.1497,30.6141", "region": "Chengdu", "address": "Nanhu Lake"}}'
   enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
-  for piece in ("Nanhu", "Lake", "Chengdu", "104", "1497", "30", "6141"):
+  # Every POI coordinate of the map is two number tokens around a comma.
+  assert all(len(enc(p.location)) == 3 for p in bench.world.pois)
+  for piece in ("Nanhu", "Lake", "Chengdu", "104.1497", "30.6141"):
     sub = enc(piece)
     for text in (obs, call):
       ids = enc(text)

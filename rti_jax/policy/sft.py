@@ -43,6 +43,19 @@ def tiny_qwen3_config(vocab_size: int, *, hidden_size: int = 128, num_layers: in
     hf_extra=(("bos_token_id", None), ("eos_token_id", int(eos_token_id)), ("pad_token_id", int(pad_token_id))))
 
 
+def sharpen_qk_norm(model: Qwen, scale: float) -> None:
+  """Sets every q/k RMSNorm weight to ``scale`` (init only; Qwen3 initialises them to 1).
+
+  With qk-norm the attention logit q.k/sqrt(d) is bounded by about ``scale**2 * sqrt(d)``;
+  a larger start lets a tiny model attend sharply to one earlier token (copying a name or a
+  coordinate out of a long context) from the first steps instead of after the norm weights
+  have slowly grown.
+  """
+  for layer in model.layers:
+    for norm in (layer.attn.q_norm, layer.attn.k_norm):
+      norm.scale.set_value(jnp.full(norm.scale.shape, scale, norm.scale.dtype))
+
+
 def count_params(model: nnx.Module) -> int:
   return int(sum(np.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, nnx.Param))))
 
@@ -158,8 +171,9 @@ def masked_nll(logits: jax.Array, ids: jax.Array, mask: jax.Array) -> tuple[jax.
 def make_optimizer(model: Qwen, cfg: SFTConfig, total_steps: int) -> nnx.Optimizer:
   sched = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, max(1, min(cfg.warmup_steps, total_steps // 2)),
                                              max(2, total_steps), end_value=cfg.lr * 0.05)
+  decay_mask = lambda params: jax.tree.map(lambda x: x.ndim >= 2, params)  # no decay on norm scales  # noqa: E731
   tx = optax.chain(optax.clip_by_global_norm(cfg.grad_clip),
-                   optax.adamw(sched, b1=0.9, b2=0.98, weight_decay=cfg.weight_decay))
+                   optax.adamw(sched, b1=0.9, b2=0.98, weight_decay=cfg.weight_decay, mask=decay_mask))
   return nnx.Optimizer(model, tx, wrt=nnx.Param)
 
 

@@ -254,8 +254,13 @@ def build_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: Chat
 
 
 def corpus_texts(tasks: Sequence[NavTask], env: NavigationEnv) -> list[str]:
-  """Texts the tokenizer is trained on: message contents of oracle and trusting episodes of ``tasks``."""
-  texts: list[str] = []
+  """Texts the tokenizer is trained on: message contents of oracle and trusting episodes of
+  ``tasks``, plus each POI line of the world's database six times (the map every split shares; no
+  task), so every POI coordinate becomes a single number token."""
+  from rti_jax.envs.navigation.tools import format_poi
+
+  cfg = env.world.config
+  texts: list[str] = [format_poi(1, p, None, terse=cfg.terse) for p in env.world.pois] * 6
   for task in tasks:
     for agent in (OracleAgent(task), TrustingAgent(task)):
       texts += [m["content"] for m in play(env, agent, task)]

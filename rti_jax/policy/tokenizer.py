@@ -1,14 +1,15 @@
 """The tiny policy's tokenizer and its Qwen-style chat template.
 
 A byte-level BPE (``tokenizers`` library) trained on Navigation train-split transcripts.
-Pre-tokenization isolates every whitespace run, every ASCII letter run, every single
-digit and every run of other characters (with single spaces inside or after it, e.g.
+Pre-tokenization isolates every whitespace run, every ASCII letter run, every decimal
+number (``104.0145``) and every run of other characters (with single spaces inside or after it, e.g.
 ``'": "'``), then maps bytes to symbols (ByteLevel), so:
 
 * any text encodes (256 byte symbols, no unknown token) and ``decode(encode(s)) == s``;
 * a word is the same token wherever it appears (``"Jiming"`` in the query and inside a
-  JSON string), and a coordinate is the same digit tokens in a tool result and in a
-  call, so the policy copies by matching identical tokens;
+  JSON string), and so is a number: a coordinate ``104.0145,30.5197`` is typically two
+  number tokens (BPE merges every number that occurs at least twice in the corpus), the
+  same in a tool result and in a call, so the policy copies single identical tokens;
 * ``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>`` are special tokens and
   ``<tool_call>``, ``</tool_call>``, ``<tool_response>``, ``</tool_response>``,
   ``<think>``, ``</think>`` single added tokens kept by ``decode``.
@@ -32,7 +33,7 @@ from transformers import PreTrainedTokenizerFast
 SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 MARKUP_TOKENS: tuple[str, ...] = (
   "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
-PRE_TOKENIZER_PATTERN = r"\s+|[A-Za-z]+|[0-9]|[^\sA-Za-z0-9]+(?: [^\sA-Za-z0-9]+)* ?"
+PRE_TOKENIZER_PATTERN = r"\s+|[A-Za-z]+|[0-9]+(?:\.[0-9]+)?|[^\sA-Za-z0-9]+(?: [^\sA-Za-z0-9]+)* ?"
 END_OF_TURN = "<|im_end|>"
 PAD_TOKEN = "<|endoftext|>"
 
@@ -85,7 +86,7 @@ CHAT_TEMPLATE = r"""
 """.strip("\n")
 
 
-def build_tokenizer(corpus: Iterable[str], vocab_size: int = 1024, path: str | os.PathLike | None = None,
+def build_tokenizer(corpus: Iterable[str], vocab_size: int = 2048, path: str | os.PathLike | None = None,
                     ) -> PreTrainedTokenizerFast:
   """Trains the byte-level BPE on ``corpus`` (deterministic for a given corpus order).
 
