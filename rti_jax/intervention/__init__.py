@@ -56,3 +56,6 @@ __all__ = [
   "parse_verifier",
   "run_intervened_rollouts",
 ]
+from rti_jax.intervention.rules_telecom import TelecomRuleValidator, TelecomRuleVerifier  # noqa: E402
+
+__all__ += ["TelecomRuleValidator", "TelecomRuleVerifier"]

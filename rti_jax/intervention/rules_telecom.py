@@ -91,7 +91,7 @@ _LEAK_RE = re.compile(
   re.IGNORECASE,
 )
 _ID_RE = re.compile(r"\b[A-Z]{1,3}\d{3,}\b")
-_PHONE_RE = re.compile(r"(?<!\d)(?:\+?1[\s.-]?)?\(?\d{3}\)?[\s.-]?\d{3}[\s.-]\d{4}(?!\d)")
+_PHONE_RE = re.compile(r"(?<!\d)(?<!\d\.)(?:\+?1[\s.-]?)?\(?\d{3}\)?[\s.-]?\d{3}[\s.-]?\d{4}(?!\d|\.\d)")
 _FIGURE_RE = re.compile(
   r"(?:\$\s?\d[\d,]*(?:\.\d+)?)|(?<![\w.])\d+(?:\.\d+)?\s?(?:GB|MB|KB|gigabytes?|megabytes?|Mbps|Mbit/s|%|dollars?|USD)\b"
   r"|(?<![\w.-])\d+\.\d+(?![\w.])|\b\d{4}-\d{2}-\d{2}\b",
@@ -100,7 +100,7 @@ _FIGURE_RE = re.compile(
 _NUMBER_RE = re.compile(r"\d[\d,]*(?:\.\d+)?")
 _CAP_WORD_RE = re.compile(r"(?<![\w'’-])([A-Z][a-z]{2,})\b")
 _USER_RAN_RE = re.compile(r"\bI ran (\w+):\s*(.*?)(?=\s*\bI ran \w+:|$)", re.DOTALL)
-_SENTENCE_RE = re.compile(r"[^.!?\n]+[.!?]*")
+_SENTENCE_RE = re.compile(r"(?:[^.!?\n]|\.(?=\d))+[.!?]*")
 _USAGE_RE = re.compile(r"\b(?:used|usage|consumed|remaining|left|limit|allowance)\b", re.IGNORECASE)
 _TRANSFER_RE = re.compile(r"transferr?(?:ed|ing)? (?:you )?to (?:a )?human|you are being transferred", re.IGNORECASE)
 _SELF = r"\b(?:i|we)(?:'ve|’ve| have| just| already| successfully)*\s+"
@@ -490,13 +490,21 @@ class TelecomRuleValidator:
       return f"call {TRANSFER_TOOL} with a summary of the issue, then tell the user they are being transferred"
     hidden = [k for k, v in action.arguments.items() if k not in FREE_TEXT_ARGS and not _visible_value(v, seen)]
     if any(k.endswith("_id") for k in hidden):
-      return f"{self._lookup_hint(action.name, seen)[0].lower()}{self._lookup_hint(action.name, seen)[1:].rstrip('.')}"
+      hint = self._lookup_hint(action.name, seen).rstrip(".")
+      return hint[0].lower() + hint[1:]
     return f"call {self._agent_phrase(action, seen)}"
 
   @staticmethod
   def _lookup_hint(name: str, seen: str) -> str:
+    """What to do instead of guessing an argument of ``name`` (visible-only)."""
+    if name == "get_customer_by_phone":
+      return ("Use the phone number exactly as the user gave it." if phones_in(seen) else
+              "Ask the user for their phone number before looking the customer up.")
+    if name not in AGENT_WRITE_TOOLS:
+      return f"Call {name} only with values the user or an earlier tool result has given."
     if phones_in(seen):
-      return f"Look the customer up with get_customer_by_phone using the phone number the user gave, then call {name} with ids from that result."
+      return (f"Look the customer up with get_customer_by_phone using the phone number the user gave, "
+              f"then call {name} with ids from that result.")
     return f"Ask the user for their phone number and look the customer up before calling {name}."
 
 

@@ -1,0 +1,55 @@
+"""tau2-Telecom as the trainer's ``TaskSource`` (mirrors ``rti_jax.trainer.navigation_source``).
+
+Train / test are the 74 / 40 base tasks of tau2-bench's split; each episode gets a fresh
+``TelecomEnv`` (it writes its own system prompt with the tool schemas, so
+``tool_schemas`` is None as for Navigation). Subsets for reporting: the three issue types
+and the Hard persona.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rti_jax.config import ExperimentConfig
+from rti_jax.envs.telecom.env import MAX_TURNS, TelecomEnv
+from rti_jax.envs.telecom.tasks import ISSUE_TYPES, TelecomTask, load_split
+
+
+def _issue(kind: str) -> Any:
+  return lambda t: t.issue_type == kind
+
+
+def telecom_subsets() -> dict[str, Any]:
+  """Named boolean selectors over ``TelecomTask``: each issue type, and ``hard_persona``."""
+  subsets = {kind: _issue(kind) for kind in ISSUE_TYPES}
+  subsets["hard_persona"] = lambda t: t.persona_level == "Hard"
+  return subsets
+
+
+def telecom_source(cfg: ExperimentConfig, policy: str | None = None) -> Any:
+  """The offline tau2-Telecom benchmark as a ``rti_jax.trainer.TaskSource``.
+
+  cfg: reads ``cfg.env.max_turns`` (1..30; the paper's protocol allows 30 assistant
+    turns) and ``cfg.env.seed`` (the scripted user's phrasing seed).
+  policy: replaces the policy text of the system prompt (e.g. a condensed policy for a
+    tiny model); None keeps the full policy and tech-support manual.
+  """
+  from rti_jax.trainer import TaskSource
+
+  max_turns = int(cfg.env.max_turns)
+  if not 1 <= max_turns <= MAX_TURNS:
+    raise ValueError(f"cfg.env.max_turns: expected 1..{MAX_TURNS} for telecom, got {cfg.env.max_turns}")
+  if policy is not None and not (isinstance(policy, str) and policy.strip()):
+    raise ValueError(f"policy: expected a non-empty string or None, got {policy!r}")
+  seed = int(cfg.env.seed)
+  train: list[TelecomTask] = load_split("train")
+  test: list[TelecomTask] = load_split("test")
+  return TaskSource(
+      train=train,
+      test=test,
+      env_factory=lambda: TelecomEnv(policy=policy, max_turns=max_turns, seed=seed),
+      task_id=lambda t: t.task_id,
+      subsets=telecom_subsets(),
+      domain="telecom",
+      tool_schemas=None,
+  )

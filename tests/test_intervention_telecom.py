@@ -1,0 +1,444 @@
+"""RTI on tau2-Telecom: the rule-based Validator / Verifier on the real TelecomEnv (App. D.1
+correction, D.2 rejection, each hard rule both ways, no false alarm on the gold agent),
+the pipeline end to end with a scripted policy, and the trainer's task source."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from rti_jax.config import ExperimentConfig
+from rti_jax.envs.telecom import DescribedGoldAgent, DoNothingAgent, GoldAgent, ScriptAgent, TelecomEnv, get_task, load_split
+from rti_jax.envs.telecom import device_tools as dt
+from rti_jax.envs.telecom import state as st
+from rti_jax.envs.telecom.scripted_agents import gold_agent_turns, tool_call_text
+from rti_jax.envs.telecom.source import telecom_source
+from rti_jax.envs.tool_calls import parse_assistant_turn
+from rti_jax.generation.base import SamplingParams
+from rti_jax.intervention import (
+  InterventionConfig,
+  InterventionRoles,
+  PolicyCorrector,
+  StepContext,
+  TelecomRuleValidator,
+  TelecomRuleVerifier,
+  intervene_groups,
+  run_intervened_rollouts,
+)
+from rti_jax.intervention.rules_telecom import (
+  FABRICATED_ARGUMENTS,
+  FALSE_CLAIM,
+  GOAL_DRIFT,
+  POINTLESS_REPEAT,
+  PREMATURE_TERMINATION,
+  USER_SIDE_DEVICE_ACTION,
+)
+from rti_jax.intervention.stats import InterventionStats
+from rti_jax.intervention.testing import FEEDBACK_MARKER, ScriptedPolicy, byte_tokenizer, scripted_logp
+from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
+
+VALIDATOR = TelecomRuleValidator()
+VERIFIER = TelecomRuleVerifier()
+# App. D.1's task: MMS abroad in France (its opening names France); App. D.2's: John Smith, 555-123-2002.
+D1_TASK = "[mms_issue]bad_network_preference|user_abroad_roaming_disabled_on[PERSONA:None]"
+D2_TASK = ("[mms_issue]airplane_mode_on|bad_network_preference|bad_wifi_calling|break_apn_mms_setting|"
+           "break_app_sms_permission|data_mode_off|data_usage_exceeded|unseat_sim_card|user_abroad_roaming_enabled_off"
+           "[PERSONA:None]")
+REFUEL_TASK = "[mobile_data_issue]data_mode_off|data_usage_exceeded[PERSONA:None]"
+TRANSFER_TASK = "[service_issue]lock_sim_card_pin|overdue_bill_suspension[PERSONA:Easy]"
+ASK_PHONE = "I can help with that. Could you please give me your phone number?"
+
+# The paper's App. D.1 draft and corrected step, and D.2's leaking and clean corrections.
+D1_DRAFT = ("<think>\nThe user is having trouble sending MMS messages while in France. I should first verify their "
+            "network status.\n</think>\n\n"
+            + tool_call_text("check_network_status", {"phone_number": "user's phone number"}))
+D1_CORRECTED = (
+  "<think>\nThe user is having trouble sending MMS while in France. Checking the network status is still the right "
+  "next step, but this is a user-side device action, so I should ask the user to do it and report back.\n</think>\n\n"
+  "Sure --- let's first check whether your phone's current network settings are causing the MMS issue. Please run the "
+  "check_network_status function on your device and send me the result. Once you share it, I can help you with the "
+  "next step.")
+D2_LEAK = (
+  "<think>\nOkay, let me process this. John is having trouble sending MMS from his phone number 555-123-2002 in France. "
+  "I've confirmed that the line (L1002) is active and roaming is enabled, which is good. The data usage is 15.1 GB, "
+  "which may be near or over the plan limit. According to the policy, I cannot perform device actions like resetting "
+  "APN settings myself. Instead, I must guide the user to perform reset_apn_settings() on their device. After that, "
+  "they must reboot the device for the changes to take effect.\n</think>\n\n"
+  "I've checked your account and line settings, John. Your line (555-123-2002) is active and international roaming is "
+  "enabled, which is correct for your location in France. However, the issue might be with your APN settings, which "
+  "control how your phone connects to our network for services like MMS. Please perform the following on your device:\n"
+  "1. Run reset_apn_settings() to restore the correct network configuration.\n"
+  "2. After that, run reboot_device() to apply the changes.")
+D2_CLEAN = (
+  "Let's proceed with enabling mobile data. Since toggle_data() is a function you need to run on your device, please "
+  "execute toggle_data() now to turn mobile data ON. After that, run check_network_status() to see if your phone "
+  "connects to a better network (3G/4G). Let me know the results so we can determine the next steps.")
+
+
+def ctx_of(env: TelecomEnv, draft: str) -> StepContext:
+  """The roles' view of ``env``'s current step (as ``pipeline.step_context`` builds it)."""
+  msgs = env.transcript.messages
+  return StepContext(msgs[1]["content"], tuple(m for m in msgs if m["role"] != "system"), draft,
+                     tuple(env.tool_schemas()), env.reward_evidence(), "telecom")
+
+
+def env_after(task_id: str, turns: list[str]) -> TelecomEnv:
+  env = TelecomEnv()
+  env.reset(get_task(task_id))
+  for t in turns:
+    assert not env.step(t).done
+  return env
+
+
+def judge(env: TelecomEnv, draft: str):
+  return VALIDATOR.judge(ctx_of(env, draft))
+
+
+def suggestion_is_visible(env: TelecomEnv, j) -> bool:
+  """The Validator's hint states no value the conversation has not shown (checked with the Verifier's detector)."""
+  return not VERIFIER.leaked_values(ctx_of(env, ""), j.suggest_next) and "L1" not in j.suggest_next
+
+
+# --- App. D.1 and D.2 -------------------------------------------------------------------------------
+
+
+def test_d1_device_call_is_flagged_corrected_and_the_episode_continues():
+  task = get_task(D1_TASK)
+  env = TelecomEnv()
+  opening = env.reset(task)[1]["content"]
+  assert "France" in opening and "MMS" in opening
+  j = judge(env, D1_DRAFT)
+  assert not j.is_valid and j.error_types == (USER_SIDE_DEVICE_ACTION,)  # only this rule, as in the paper
+  assert "check_network_status" in j.suggest_next and "phone number" not in j.suggest_next
+  assert suggestion_is_visible(env, j)
+  v = VERIFIER.judge(ctx_of(env, D1_DRAFT), D1_CORRECTED)
+  assert v.ok, v.diagnosis
+  # The draft itself would have been an error observation; the correction makes the user run the tool.
+  expected_state = st.initialize(list(task.init_actions))
+  expected = dt.run_device_tool(expected_state, "check_network_status", {})[0]
+  result = env.step(D1_CORRECTED)
+  assert result.messages == [{"role": "user", "content": f"I ran check_network_status: {expected}"}]
+  assert env.transcript.info["user_device_calls_by_agent"] == 0
+  # ... and the episode goes on to success; no later gold step is flagged.
+  for turn in gold_agent_turns(task):
+    assert judge(env, turn).is_valid
+    result = env.step(turn)
+    if result.done:
+      break
+  assert result.done and result.reward == 1.0 and env.transcript.info["termination"] == "user_stop"
+
+
+def test_d1_uncorrected_draft_is_an_error_observation():
+  env = TelecomEnv()
+  env.reset(get_task(D1_TASK))
+  result = env.step(D1_DRAFT)
+  assert result.messages[0]["role"] == "tool" and result.messages[0]["content"].startswith("Error")
+  assert env.transcript.info["user_device_calls_by_agent"] == 1
+
+
+def test_d2_leaking_correction_is_rejected_and_the_clean_one_accepted():
+  env = env_after(D2_TASK, [ASK_PHONE])
+  assert env.transcript.messages[-1]["content"] == "My phone number is 555-123-2002."
+  draft = tool_call_text("reset_apn_settings", {})
+  j = judge(env, draft)
+  assert j.error_types == (USER_SIDE_DEVICE_ACTION,) and "reset_apn_settings" in j.suggest_next
+  v = VERIFIER.judge(ctx_of(env, draft), D2_LEAK)
+  assert not v.ok and set(v.reasons) == {"leaked_value", "hallucinated_tool_result"}
+  for value in ("'John'", "'L1002'", "'15.1 GB'"):
+    assert value in v.diagnosis
+  assert "555-123-2002" not in v.diagnosis  # the user said it: visible
+  # The same words are fine once the user and a lookup have shown them.
+  env.step("May I have your full name?")
+  env.step(tool_call_text("get_customer_by_phone", {"phone_number": "555-123-2002"}))
+  env.step(tool_call_text("get_data_usage", {"customer_id": "C1001", "line_id": "L1002"}))
+  seen = env.transcript.messages[-1]["content"]
+  used = re.search(r'"data_used_gb":([\d.]+)', seen).group(1)
+  grounded = D2_LEAK.replace("15.1", used)
+  assert VERIFIER.leaked_values(ctx_of(env, draft), grounded) == []
+  # D.2's clean redirection (toggle_data) passes.
+  env = env_after(D2_TASK, [ASK_PHONE])
+  v = VERIFIER.judge(ctx_of(env, tool_call_text("toggle_data", {})), D2_CLEAN)
+  assert v.ok, v.diagnosis
+
+
+def test_verifier_rejects_hidden_reference_wording_and_written_tool_results():
+  env = env_after(D2_TASK, [ASK_PHONE])
+  draft = tool_call_text("reset_apn_settings", {})
+  v = VERIFIER.judge(ctx_of(env, draft), "According to the reference solution, please run reset_apn_settings() now.")
+  assert not v.ok and "leak" in v.reasons
+  v = VERIFIER.judge(ctx_of(env, draft), "Please reset your APN.\n<tool_response>\nAPN reset.\n</tool_response>")
+  assert not v.ok and "hallucinated_tool_result" in v.reasons
+  v = VERIFIER.judge(ctx_of(env, draft), "I ran reset_apn_settings: APN settings reset. Now please reboot.")
+  assert not v.ok and "hallucinated_tool_result" in v.reasons
+  # A correction that still calls the device tool is not an improvement.
+  v = VERIFIER.judge(ctx_of(env, draft), tool_call_text("reboot_device", {}))
+  assert not v.ok and v.reasons == ("not_improved",)
+  ok = VERIFIER.judge(ctx_of(env, draft), "Please reset your APN settings on your phone, then restart it.")
+  assert ok.ok, ok.diagnosis
+
+
+def _applied_texts(trajs):
+  return [t.text for traj in trajs for t in traj.turns if t.intervened]
+
+
+@pytest.mark.parametrize("verifier_on", [True, False])
+def test_d2_through_the_pipeline_rejected_with_verifier_admitted_without(verifier_on):
+  tok = byte_tokenizer()
+  fmt = ChatFormatter(tok)
+  turns = [ASK_PHONE, tool_call_text("reset_apn_settings", {}), "Thank you. ###STOP###"]
+
+  def script(prompt: str) -> str:
+    last = prompt.rsplit("<|im_start|>user\n", 1)[-1]
+    if FEEDBACK_MARKER in last:  # corrects the device call with D.2's leaking text; nothing else
+      return D2_LEAK if "reset_apn_settings" in last else ""
+    k = prompt.count("<|im_start|>assistant\n") - 1
+    return turns[min(k, len(turns) - 1)]
+
+  policy = ScriptedPolicy(tok, script, scripted_logp())
+  rc = RolloutConfig(group_size=1, sampling=SamplingParams(max_new_tokens=2048), max_context_tokens=40_000)
+  roles = InterventionRoles(TelecomRuleValidator(), PolicyCorrector(policy, rc.sampling, fmt.end_of_turn_id),
+                            TelecomRuleVerifier())
+  stats = InterventionStats()
+  config = InterventionConfig(domain="telecom", verifier_enabled=verifier_on)
+  [[traj]] = run_intervened_rollouts([get_task(D2_TASK)], TelecomEnv, policy, fmt, roles, config, rc, stats,
+                                     task_id=lambda t: t.task_id, seed=0)
+  # flagged: the device call (corrected with the leak) and the final stop (premature; no correction offered)
+  assert stats.steps_flagged == 2 and stats.corrector_malformed == 1
+  applied = _applied_texts([traj])
+  if verifier_on:
+    assert stats.verifier_rejected == 1 and stats.corrections_applied == 0 and applied == []
+    assert any(m["content"].startswith("Error: reset_apn_settings") for m in traj.messages if m["role"] == "tool")
+  else:
+    assert stats.verifier_skipped == 1 and stats.corrections_applied == 1 and applied == [D2_LEAK]
+    assert "L1002" in applied[0] and "John" in applied[0]
+    user = next(m["content"] for m in traj.messages if m["role"] == "user" and "I ran" in m["content"])
+    assert "I ran reset_apn_settings" in user and "I ran reboot_device" in user
+
+
+# --- each hard rule, both ways ---------------------------------------------------------------------
+
+
+def test_user_side_device_action():
+  env = env_after(REFUEL_TASK, [ASK_PHONE])
+  j = judge(env, tool_call_text("toggle_data", {}))
+  assert j.error_types == (USER_SIDE_DEVICE_ACTION,) and "toggle_data()" in j.suggest_next
+  assert judge(env, "Please turn on your mobile data and tell me what the status bar shows.").is_valid
+  assert judge(env, tool_call_text("get_customer_by_phone", {"phone_number": "555-123-2002"})).is_valid
+
+
+def test_fabricated_arguments():
+  task = get_task(REFUEL_TASK)
+  env = env_after(REFUEL_TASK, [ASK_PHONE])
+  phone = re.search(r"[\d-]{12}", env.transcript.messages[-1]["content"]).group(0)
+  bad = judge(env, tool_call_text("get_customer_by_phone", {"phone_number": "555-000-0000"}))
+  assert bad.error_types == (FABRICATED_ARGUMENTS,) and suggestion_is_visible(env, bad)
+  assert judge(env, tool_call_text("get_customer_by_phone", {"phone_number": phone})).is_valid
+  assert judge(env, tool_call_text("get_customer_by_phone", {"phone_number": phone.replace("-", "")})).is_valid
+  refuel = next(a for a in task.agent_actions if a.name == "refuel_data")
+  early = judge(env, tool_call_text("refuel_data", refuel.arguments))  # ids not looked up yet
+  assert FABRICATED_ARGUMENTS in early.error_types and suggestion_is_visible(env, early)
+  assert refuel.arguments["line_id"] not in early.suggest_next
+  env.step(tool_call_text("get_customer_by_phone", {"phone_number": phone}))
+  env.step("I can add 2 GB of data to your line. Would you like me to proceed?")
+  assert judge(env, tool_call_text("refuel_data", refuel.arguments)).is_valid
+
+
+def test_pointless_repeat():
+  env = env_after(REFUEL_TASK, [ASK_PHONE])
+  phone = re.search(r"[\d-]{12}", env.transcript.messages[-1]["content"]).group(0)
+  lookup = tool_call_text("get_customer_by_phone", {"phone_number": phone})
+  env.step(lookup)
+  assert judge(env, lookup).error_types == (POINTLESS_REPEAT,)
+  refuel = env.reward_evidence()["agent_actions"][0]["arguments"]
+  usage = tool_call_text("get_data_usage", {"customer_id": refuel["customer_id"], "line_id": refuel["line_id"]})
+  assert judge(env, usage).is_valid
+  env.step(usage)
+  assert judge(env, usage).error_types == (POINTLESS_REPEAT,)
+  env.step("Please turn on your mobile data.")  # a device write: the lookup may be worth repeating now
+  assert judge(env, usage).is_valid
+  # asking for an undirected toggle the user already ran would undo it
+  assert judge(env, "Please run toggle_data() on your phone.").error_types == (POINTLESS_REPEAT,)
+  assert judge(env, "Please make sure your mobile data is on.").is_valid
+  # the same message twice with nothing changed in between
+  env2 = env_after(REFUEL_TASK, ["Could you tell me more about the problem?"])
+  assert judge(env2, "Could you tell me more about the problem?").error_types == (POINTLESS_REPEAT,)
+  assert judge(env2, ASK_PHONE).is_valid
+
+
+def test_false_claim():
+  env = env_after(REFUEL_TASK, [ASK_PHONE])
+  phone = re.search(r"[\d-]{12}", env.transcript.messages[-1]["content"]).group(0)
+  claims = ["I've checked your account and your line is active.", "I have enabled roaming on your line.",
+            "I've added 2 GB of data to your line."]
+  for claim in claims:
+    j = judge(env, claim)
+    assert j.error_types == (FALSE_CLAIM,), claim
+    assert suggestion_is_visible(env, j)
+  refuel = env.reward_evidence()["agent_actions"][0]["arguments"]
+  ids = {"customer_id": refuel["customer_id"], "line_id": refuel["line_id"]}
+  j = judge(env, f"Your line {ids['line_id']} has used 15.1 GB of data this month.")
+  assert j.error_types == (FALSE_CLAIM,) and ids["line_id"] in j.diagnosis and "15.1 GB" in j.diagnosis
+  env.step(tool_call_text("get_customer_by_phone", {"phone_number": phone}))
+  assert judge(env, claims[0]).is_valid  # now a lookup backs it
+  env.step(tool_call_text("get_data_usage", ids))
+  used = re.search(r'"data_used_gb":([\d.]+)', env.transcript.messages[-1]["content"]).group(1)
+  assert judge(env, f"Your line {ids['line_id']} has used {used} GB of data this month.").is_valid
+  assert judge(env, claims[2]).error_types == (FALSE_CLAIM,)  # still no refuel call
+
+
+def test_premature_termination():
+  env = env_after(REFUEL_TASK, [ASK_PHONE])
+  j = judge(env, "Thank you for contacting us. ###STOP###")
+  assert j.error_types == (PREMATURE_TERMINATION,) and suggestion_is_visible(env, j)
+  j = judge(env, tool_call_text("transfer_to_human_agents", {"summary": "data issue"}))
+  assert j.error_types == (PREMATURE_TERMINATION,)
+  # after every gold step but the final check, ending is not premature
+  task = get_task(REFUEL_TASK)
+  turns = gold_agent_turns(task)
+  env = env_after(REFUEL_TASK, turns[:-2])
+  assert judge(env, "Thank you for contacting us. ###STOP###").is_valid
+  # on a task whose fix is a transfer, the transfer is the required action
+  env = env_after(TRANSFER_TASK, [ASK_PHONE])
+  assert judge(env, tool_call_text("transfer_to_human_agents", {"summary": "SIM locked"})).is_valid
+  assert judge(env, "I cannot help with that. ###STOP###").error_types == (PREMATURE_TERMINATION,)
+
+
+def test_goal_drift():
+  env = env_after(REFUEL_TASK, [ASK_PHONE])
+  phone = re.search(r"[\d-]{12}", env.transcript.messages[-1]["content"]).group(0)
+  env.step(tool_call_text("get_customer_by_phone", {"phone_number": phone}))
+  ids = env.reward_evidence()["agent_actions"][0]["arguments"]
+  j = judge(env, tool_call_text("change_plan", {"customer_id": ids["customer_id"], "line_id": ids["line_id"],
+                                                "plan_id": "P1002"}))
+  assert GOAL_DRIFT in j.error_types and suggestion_is_visible(env, j)
+  j = judge(env, tool_call_text("suspend_line", {"customer_id": ids["customer_id"], "line_id": ids["line_id"],
+                                                 "reason": "travel"}))
+  assert j.error_types == (GOAL_DRIFT,)
+  assert judge(env, "Please turn on airplane mode.").error_types == (GOAL_DRIFT,)  # against the fix
+  assert judge(env, "Please run toggle_wifi_calling() on your phone.").error_types == (GOAL_DRIFT,)  # not needed
+  assert judge(env, "Please make sure airplane mode is off.").is_valid  # harmless check in the fix direction
+  assert judge(env, "Please turn on your mobile data.").is_valid  # the task's own fix
+  assert judge(env, tool_call_text("get_available_plans", {})).is_valid  # lookups are never drift
+
+
+# --- whole episodes ----------------------------------------------------------------------------------
+
+
+def judged_episode(agent, task) -> list[tuple[str, object]]:
+  """Every step of ``agent`` on ``task`` with the Validator's judgement of it."""
+  env = TelecomEnv()
+  env.reset(task)
+  out = []
+  while True:
+    draft = agent.act(env.transcript.messages)
+    out.append((draft, judge(env, draft)))
+    if env.step(draft).done:
+      return out
+
+
+@pytest.mark.parametrize("agent_cls", [GoldAgent, DescribedGoldAgent])
+def test_no_false_alarm_on_the_gold_agent_across_all_tasks(agent_cls):
+  tasks = load_split("base")
+  assert len(tasks) == 114
+  steps = [(t.task_id, d, j) for t in tasks for d, j in judged_episode(agent_cls(t), t)]
+  flagged = [(tid, d, j.error_types) for tid, d, j in steps if not j.is_valid]
+  assert len(steps) > 114 * 5 and flagged == []
+
+
+def _naive_turns(task) -> list[str]:
+  """The gold replay, but the agent calls each device tool itself instead of asking the user."""
+  out = []
+  for turn in gold_agent_turns(task):
+    m = re.fullmatch(r"Please run (\w+)\((.*?)\) on your phone and tell me the result\.", turn)
+    out.append(tool_call_text(m.group(1), dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))) if m else turn)
+  return out
+
+
+def test_validator_fires_on_do_nothing_and_naive_agents_over_the_train_tasks():
+  train = load_split("train")
+  stop = [judged_episode(DoNothingAgent(t), t) for t in train]
+  assert all(len(s) == 1 and s[0][1].error_types == (PREMATURE_TERMINATION,) for s in stop)
+  device = set(dt.DEVICE_TOOLS)
+  calls = flagged = 0
+  for t in train:
+    for draft, j in judged_episode(ScriptAgent(_naive_turns(t)), t):
+      own = [c for c in parse_assistant_turn(draft).tool_calls if c.name in device]
+      calls += bool(own)
+      flagged += USER_SIDE_DEVICE_ACTION in j.error_types
+      assert (USER_SIDE_DEVICE_ACTION in j.error_types) == bool(own)
+      if not j.is_valid:
+        assert "L1" not in j.suggest_next and "C1" not in j.suggest_next  # hints never leak ids
+  assert calls == flagged > len(train)
+  chat = judged_episode(DoNothingAgent(train[0], stop=False), train[0])
+  assert chat[0][1].is_valid and all(j.error_types == (POINTLESS_REPEAT,) for _, j in chat[1:])
+
+
+# --- the pipeline end to end ------------------------------------------------------------------------
+
+
+class NaiveTelecomScript:
+  """A scripted policy that calls device tools itself (the gold replay with each device request
+  turned into a tool call); under a correction prompt it follows the Validator's suggestion
+  ("ask the user to run X(...) on their phone")."""
+
+  def __init__(self, task) -> None:
+    self.turns = _naive_turns(task)
+
+  def __call__(self, prompt: str) -> str:
+    last = prompt.rsplit("<|im_start|>user\n", 1)[-1]
+    if FEEDBACK_MARKER in last:
+      m = re.search(r"ask the user to run (\w+\([^)]*\)) on their phone", last)
+      return f"Please run {m.group(1)} on your phone and tell me the result." if m else ""
+    k = prompt.count("<|im_start|>assistant\n") - 1
+    return self.turns[k] if k < len(self.turns) else "Thank you. ###STOP###"
+
+
+def test_intervene_groups_end_to_end_on_telecom():
+  task = get_task("[mobile_data_issue]airplane_mode_on|data_mode_off[PERSONA:None]")
+  tok = byte_tokenizer()
+  fmt = ChatFormatter(tok)
+  policy = ScriptedPolicy(tok, NaiveTelecomScript(task), scripted_logp())
+  rc = RolloutConfig(group_size=2, max_context_tokens=40_000)
+  groups = rollout_groups([task], TelecomEnv, policy, fmt, rc, task_id=lambda t: t.task_id)
+  assert [t.reward for t in groups[0]] == [0.0, 0.0]
+  roles = InterventionRoles(TelecomRuleValidator(), PolicyCorrector(policy, rc.sampling, fmt.end_of_turn_id),
+                            TelecomRuleVerifier())
+  new, stats = intervene_groups(groups, [task], TelecomEnv, policy, fmt, roles, InterventionConfig(domain="telecom"), rc,
+                                task_id=lambda t: t.task_id)
+  n_device = sum(a.requestor == "user" for a in task.actions)
+  assert stats.groups_triggered == 1 and stats.steps_flagged == n_device == stats.verifier_accepted
+  assert stats.corrections_applied == n_device and stats.groups_replaced == 1
+  winner = new[0][0]
+  assert winner.intervened and winner.reward == 1.0 and new[0][1] is groups[0][1]
+  texts = [t.text for t in winner.turns if t.intervened]
+  assert [re.search(r"run (\w+)", x).group(1) for x in texts] == [a.name for a in task.actions if a.requestor == "user"]
+  a = winner.arrays()
+  assert a["intervened_mask"].sum() == sum(t.end - t.start for t in winner.turns if t.intervened)
+  assert np.all(a["cal_logp"][a["intervened_mask"] == 1] > a["roll_logp"][a["intervened_mask"] == 1])
+
+
+# --- the trainer's task source ----------------------------------------------------------------------
+
+
+def test_telecom_source():
+  cfg = ExperimentConfig()
+  cfg.env.name, cfg.env.max_turns, cfg.env.seed = "telecom", 30, 3
+  src = telecom_source(cfg)
+  assert (len(src.train), len(src.test)) == (74, 40) and src.domain == "telecom" and src.tool_schemas is None
+  assert not {src.task_id(t) for t in src.train} & {src.task_id(t) for t in src.test}
+  env = src.env_factory()
+  assert isinstance(env, TelecomEnv) and env.max_turns == 30 and env.seed == 3
+  assert env is not src.env_factory()
+  counts = {k: sum(map(pred, src.train)) for k, pred in src.subsets.items()}
+  assert counts["mms_issue"] + counts["mobile_data_issue"] + counts["service_issue"] == 74
+  assert counts["hard_persona"] == sum(t.task_id.endswith("[PERSONA:Hard]") for t in src.train)
+  short = telecom_source(cfg, policy="Help the user.").env_factory()
+  assert short.reset(src.train[0])[0]["content"].startswith("Help the user.")
+  cfg.env.max_turns = 31
+  with pytest.raises(ValueError, match="max_turns"):
+    telecom_source(cfg)
+  cfg.env.max_turns = 30
+  with pytest.raises(ValueError, match="policy"):
+    telecom_source(cfg, policy="  ")
