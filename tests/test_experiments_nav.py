@@ -1,0 +1,210 @@
+"""The Navigation ablation, delta-sweep and baseline experiments.
+
+* delta = 0 trains exactly like GRPO (same seed -> identical per-iteration metrics) on a toy
+  environment with non-zero rewards and all-fail groups, where interventions really run and are
+  all rejected by the gate; delta = inf on the same seed admits them and trains differently.
+* Each experiment's quick path runs once through its ``main`` with a tiny random policy and
+  writes its table, JSON and PNG.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "experiments"))
+import delta_sweep  # noqa: E402  (experiments/delta_sweep.py)
+import navigation_ablation  # noqa: E402
+import navigation_baselines  # noqa: E402
+from models.chat import build_tiny_tokenizer  # noqa: E402
+from rti_jax.config import load_config  # noqa: E402
+from rti_jax.envs import navigation  # noqa: E402
+from rti_jax.envs.base import Environment, StepResult, Transcript  # noqa: E402
+from rti_jax.intervention.judges import Correction, ValidatorJudgement, VerifierJudgement  # noqa: E402
+from rti_jax.intervention.pipeline import InterventionRoles  # noqa: E402
+from rti_jax.trainer import TaskSource, Trainer  # noqa: E402
+
+WORDS = ["go", "left", "right", "up", "down", "stop", "north", "south", "east", "west"]
+
+
+def _random_qwen(path, vocab_size: int, seed: int, hidden: int = 32, layers: int = 1) -> str:
+  torch.manual_seed(seed)
+  cfg = Qwen3Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                    num_attention_heads=2, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True,
+                    max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 1e4})
+  Qwen3ForCausalLM(cfg).save_pretrained(str(path))
+  return str(path)
+
+
+# --- delta = 0 equals GRPO -------------------------------------------------------------------
+
+
+class Mod4Env(Environment):
+  """One turn; reward 1 iff the reply's length is a multiple of 4 (so about a third of G=4 groups all fail)."""
+
+  max_turns = 1
+
+  def reset(self, task):
+    self._t = Transcript(task_id=str(task))
+    self._t.messages = [{"role": "system", "content": "you move"}, {"role": "user", "content": f"task {task}"}]
+    return list(self._t.messages)
+
+  def step(self, assistant_text):
+    reward = float(len(assistant_text) % 4 == 0)
+    self._t.num_turns += 1
+    self._t.reward, self._t.done = reward, True
+    return StepResult(messages=[], done=True, reward=reward)
+
+  @property
+  def transcript(self):
+    return self._t
+
+  def tool_schemas(self):
+    return []
+
+
+class FlagEverything:
+  def validate(self, ctxs):
+    return [ValidatorJudgement(is_valid=False, error_types=("toy",), diagnosis="try again") for _ in ctxs]
+
+
+class WriteLeft:
+  """A toy Corrector whose correction always solves the task ("left": 4 characters)."""
+
+  def correct(self, ctxs, judgements, cal_prompts, seed):
+    return [Correction(text="left") for _ in cal_prompts]
+
+
+class AcceptEverything:
+  def verify(self, ctxs, texts):
+    return [VerifierJudgement(ok=True) for _ in texts]
+
+
+@pytest.fixture(scope="module")
+def toy_policy(tmp_path_factory):
+  path = tmp_path_factory.mktemp("toy_policy")
+  tok = build_tiny_tokenizer(WORDS, path)
+  return _random_qwen(path, len(tok), seed=0, layers=2)
+
+
+def _toy_run(policy: str, run_dir, *extra: str) -> list[dict]:
+  cfg = load_config("navigation", [
+      f"policy.path={policy}", "rollout.tasks_per_iter=4", "rollout.group_size=4", "rollout.max_new_tokens=6",
+      "rollout.max_context=512", "train.iterations=3", "train.checkpoint_every=3", "train.eval_every=100",
+      "optim.lr=0.01", *extra])
+  source = TaskSource(train=list(range(12)), test=list(range(100, 102)), env_factory=Mod4Env, task_id=str,
+                      subsets={}, domain="navigation")
+  trainer = Trainer(cfg, run_dir, source=source, progress=False)
+  # Every draft is flagged, corrected to a solution and passed by the Verifier: only the PPL gate decides.
+  trainer.roles = InterventionRoles(FlagEverything(), WriteLeft(), AcceptEverything())
+  return trainer.train()
+
+
+def test_delta_zero_trains_exactly_like_grpo(toy_policy, tmp_path):
+  grpo = _toy_run(toy_policy, tmp_path / "grpo", "loss.method=grpo")
+  zero = _toy_run(toy_policy, tmp_path / "zero", "loss.method=rti", "intervention.delta=0")
+  # The comparison is not vacuous: rewards vary, groups failed, corrections were written and gated.
+  assert 0 < np.mean([r["reward_mean"] for r in grpo]) < 1 and all(r["grad_norm"] > 0 for r in grpo)
+  assert sum(r["rti/groups_triggered"] for r in zero) > 0
+  assert sum(r["rti/ppl_rejected"] for r in zero) > 0
+  assert sum(r["rti/corrections_applied"] for r in zero) == 0 and sum(r["rti/groups_replaced"] for r in zero) == 0
+  assert delta_sweep.record_differences(zero, grpo) == []
+  assert [r["loss"] for r in zero] == [r["loss"] for r in grpo]
+  # With the gate open the same seed admits corrections, replaces members and trains differently.
+  inf = _toy_run(toy_policy, tmp_path / "inf", "loss.method=rti", "intervention.delta=inf")
+  assert sum(r["rti/corrections_applied"] for r in inf) > 0 and sum(r["rti/groups_replaced"] for r in inf) > 0
+  diffs = delta_sweep.record_differences(inf, grpo)
+  assert any("grad_norm" in d for d in diffs) and any("reward_mean_after_intervention" in d for d in diffs)
+
+
+def test_record_differences_ignores_only_timing_and_intervention_counters():
+  a = [{"iteration": 1, "loss": 0.5, "time/update_s": 1.0, "rti/groups_triggered": 2, "cal_weight_mean": 1.0,
+        "eval": {"all": {"p@1": 0.5}, "num_tasks": 2}}]
+  b = [{"iteration": 1, "loss": 0.5, "time/update_s": 9.0, "rti/groups_triggered": 0,
+        "eval": {"all": {"p@1": 0.5}, "num_tasks": 2}}]
+  assert delta_sweep.record_differences(a, b) == []
+  assert delta_sweep.record_differences(a, [{**b[0], "loss": 0.6}]) == ["iteration 1: loss"]
+  assert delta_sweep.record_differences(a, [{**b[0], "eval": {"all": {"p@1": 0.0}}}]) == ["iteration 1: eval"]
+  assert delta_sweep.record_differences(a, b + b)[0].startswith("length")
+
+
+def test_sweep_variants_and_labels():
+  v = delta_sweep.sweep_variants([0.0, 3.0, 2.5, math.inf])
+  assert list(v) == ["grpo", "delta_0", "delta_3", "delta_2.5", "delta_inf"]
+  assert v["delta_inf"] == ["loss.method=rti", "intervention.delta=inf"]
+  for overrides in v.values():  # every variant is a valid config
+    cfg = load_config("navigation", ["policy.path=x", *overrides])
+    assert cfg.loss.method in ("grpo", "rti")
+  assert math.isinf(load_config("navigation", ["policy.path=x", *v["delta_inf"]]).intervention.delta)
+  assert delta_sweep.pass_key(2) == "pass@2" and delta_sweep.pass_key(8) == "pass@4"
+
+
+# --- quick paths -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def nav_policies(tmp_path_factory):
+  root = tmp_path_factory.mktemp("nav")
+  out = {}
+  for name, seed in (("policy", 1), ("teacher", 2)):
+    tok = build_tiny_tokenizer(navigation.vocabulary(), root / name)
+    out[name] = _random_qwen(root / name, len(tok), seed)
+  return out
+
+
+def _tiny(policy: str) -> list[str]:
+  return [f"policy.path={policy}", "env.num_train=4", "env.num_test=2", "env.max_turns=2", "rollout.tasks_per_iter=2",
+          "rollout.group_size=2", "rollout.max_new_tokens=8", "train.iterations=1", "train.eval_every=1",
+          "train.eval_tasks=1", "train.eval_samples=2", "train.checkpoint_every=1"]
+
+
+def _results(out) -> dict:
+  return json.loads((out / "results.json").read_text())
+
+
+def test_ablation_quick_writes_table3(nav_policies, tmp_path, capsys):
+  out = tmp_path / "ablation"
+  assert navigation_ablation.main(["--quick", "--no-progress", "--out", str(out), *_tiny(nav_policies["policy"])]) == 0
+  res = _results(out)
+  names = [r[0] for r in res["table"]["rows"]]
+  assert names == ["Base policy", "GRPO", "RTI w/o Post-Check", "RTI w/o PPL Gating", "RTI w/o Reweight", "RTI"]
+  assert res["table"]["columns"][1:] == [f"pass@{k}" for k in (1, 2, 3, 4)] + [f"pass^{k}" for k in (1, 2, 3, 4)]
+  for row in res["table"]["rows"]:  # 2 samples per task: pass@1,2 and pass^1,2 are measured, k = 3, 4 are not
+    assert all(0 <= x <= 100 for x in row[1:3] + row[5:7]) and all(x is None or math.isnan(x) for x in row[3:5])
+  runs = res["runs"]["0"]
+  assert (out / "ablation.png").stat().st_size > 0 and (out / "table.md").exists()
+  assert "RTI w/o PPL Gating" in capsys.readouterr().out
+  assert set(runs) >= {"base", "grpo", "rti", "rti_no_postcheck", "rti_no_ppl_gate", "rti_no_reweight"}
+
+
+def test_delta_sweep_quick_writes_fig3_and_checks_delta0(nav_policies, tmp_path):
+  out = tmp_path / "delta"
+  argv = ["--quick", "--no-progress", "--out", str(out), "--deltas", "0", "inf", *_tiny(nav_policies["policy"])]
+  assert delta_sweep.main(argv) == 0
+  res = _results(out)
+  assert [r[0] for r in res["table"]["rows"]] == ["base", "grpo", "delta_0", "delta_inf"]
+  assert res["delta0_equals_grpo"] is True
+  assert (out / "fig3_delta_pass4.png").stat().st_size > 0
+
+
+def test_baselines_quick_prints_table1_rows_for_every_method(nav_policies, tmp_path, capsys):
+  out = tmp_path / "baselines"
+  argv = ["--quick", "--no-progress", "--out", str(out), "--teacher", nav_policies["teacher"],
+          *_tiny(nav_policies["policy"])]
+  assert navigation_baselines.main(argv) == 0
+  res = _results(out)
+  assert [r[0] for r in res["table"]["rows"]] == ["Base policy", "GRPO", "GSPO", "AEPO", "OPD", "LUFFY", "RTI"]
+  assert res["table"]["columns"][:4] == ["method", "p@1", "avg p@k", "avg pk"]
+  printed = capsys.readouterr().out
+  assert all(name in printed for name in ("GSPO", "AEPO", "OPD", "LUFFY"))
+  assert (out / "baselines.png").stat().st_size > 0 and res["skipped"] == {}
+  # Without a teacher the OPD row is named as skipped, not silently dropped.
+  variants, skipped = navigation_baselines.baseline_variants(["grpo", "opd"], str(tmp_path / "none"))
+  assert list(variants) == ["grpo"] and "navigation_sft" in skipped["opd"]
