@@ -4,6 +4,7 @@ the pipeline end to end with a scripted policy, and the trainer's task source.""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -98,7 +99,7 @@ def judge(env: TelecomEnv, draft: str):
 
 def suggestion_is_visible(env: TelecomEnv, j) -> bool:
   """The Validator's hint states no value the conversation has not shown (checked with the Verifier's detector)."""
-  return not VERIFIER.leaked_values(ctx_of(env, ""), j.suggest_next) and "L1" not in j.suggest_next
+  return not VERIFIER.leaked_values(ctx_of(env, ""), j.suggest_next)
 
 
 # --- App. D.1 and D.2 -------------------------------------------------------------------------------
@@ -234,6 +235,7 @@ def test_fabricated_arguments():
   phone = re.search(r"[\d-]{12}", env.transcript.messages[-1]["content"]).group(0)
   bad = judge(env, tool_call_text("get_customer_by_phone", {"phone_number": "555-000-0000"}))
   assert bad.error_types == (FABRICATED_ARGUMENTS,) and suggestion_is_visible(env, bad)
+  assert "555-000-0000" in bad.diagnosis
   assert judge(env, tool_call_text("get_customer_by_phone", {"phone_number": phone})).is_valid
   assert judge(env, tool_call_text("get_customer_by_phone", {"phone_number": phone.replace("-", "")})).is_valid
   refuel = next(a for a in task.agent_actions if a.name == "refuel_data")
@@ -303,6 +305,19 @@ def test_premature_termination():
   env = env_after(TRANSFER_TASK, [ASK_PHONE])
   assert judge(env, tool_call_text("transfer_to_human_agents", {"summary": "SIM locked"})).is_valid
   assert judge(env, "I cannot help with that. ###STOP###").error_types == (PREMATURE_TERMINATION,)
+  env.step(tool_call_text("transfer_to_human_agents", {"summary": "The SIM card is locked by a PIN."}))
+  assert judge(env, "YOU ARE BEING TRANSFERRED TO A HUMAN AGENT. PLEASE HOLD ON.").is_valid  # any summary will do
+
+
+def test_argument_mismatch():
+  task = get_task(D1_TASK)
+  want = next(a for a in task.agent_actions if a.name == "enable_roaming").arguments
+  env = env_after(D1_TASK, [ASK_PHONE, tool_call_text("get_customer_by_phone", {"phone_number": "555-123-2002"})])
+  other = next(x for x in re.findall(r'"line_id":"(L\d+)"', env.transcript.messages[-1]["content"]) if x != want["line_id"])
+  j = judge(env, tool_call_text("enable_roaming", {**want, "line_id": other}))
+  assert j.error_types == ("ARGUMENT_MISMATCH",) and want["line_id"] in j.suggest_next  # shown by the lookup
+  assert suggestion_is_visible(env, j)
+  assert judge(env, tool_call_text("enable_roaming", want)).is_valid
 
 
 def test_goal_drift():
@@ -442,3 +457,20 @@ def test_telecom_source():
   cfg.env.max_turns = 30
   with pytest.raises(ValueError, match="policy"):
     telecom_source(cfg, policy="  ")
+
+
+def test_bad_input_never_crashes():
+  env = env_after(REFUEL_TASK, [ASK_PHONE])
+  ctx = ctx_of(env, "")
+  odd = ["", "<tool_call>{not json</tool_call>", tool_call_text("refuel_data", {"line_id": {"x": [1]}, "gb_amount": None}),
+         tool_call_text("no_such_tool", {"a": 1}), "###STOP###" * 3, "I ran toggle_data: " * 50]
+  for draft in odd:
+    j = VALIDATOR.judge(StepContext(ctx.user_query, ctx.history, draft, ctx.tools, {}, "telecom"))
+    assert isinstance(j.is_valid, bool)
+    v = VERIFIER.judge(StepContext(ctx.user_query, ctx.history, "", ctx.tools, {}, "telecom"), draft)
+    assert isinstance(v.ok, bool)
+  bad = VALIDATOR.judge(dataclasses.replace(ctx, draft=odd[2]))
+  assert FABRICATED_ARGUMENTS in bad.error_types
+  for reply in (None, "", "<think>\nhmm\n</think>", "<tool_call>{not json</tool_call>"):
+    v = VERIFIER.judge(ctx, reply)  # type: ignore[arg-type]
+    assert not v.ok and "malformed_reply" in v.reasons

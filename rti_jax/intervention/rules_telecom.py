@@ -34,11 +34,13 @@ those tokens are trained on); rejects:
     (App. D.2: "John", "L1002", "15.1 GB" the user never said);
   * ``hallucinated_tool_result``: the reply writes a tool response or the user's report
     itself, or claims a lookup or an agent action that did not happen;
+  * ``malformed_reply``: no usable message or tool call (empty, or a malformed call block);
   * ``not_improved``: the reply itself breaks a Validator hard rule (checked only when the
     reply is otherwise clean).
 
 How "done" is read from the history: an agent action is done when an assistant call with
-that name and those arguments got a non-error tool response; a user action is done when a
+that name and those arguments (free text such as a transfer summary aside) got a non-error
+tool response; a user action is done when a
 user message reports running that device tool (``I ran <tool>: <output>``, the scripted
 user's format) with an output that mentions each of its argument values.
 """
@@ -240,8 +242,7 @@ def required_actions(evidence: dict[str, Any]) -> list[Required]:
 def is_done(action: Required, agents: Sequence[AgentRun], users: Sequence[tuple[int, UserRun]]) -> bool:
   """Whether ``action`` shows in the history (see the module docstring)."""
   if action.side == "agent":
-    want = call_key(action.name, action.arguments)
-    return any(r.ok and call_key(r.call.name, r.call.arguments) == want for r in agents)
+    return any(r.ok and r.call.name == action.name and _args_match(r.call.arguments, action.arguments) for r in agents)
   for _, run in users:
     if run.name == action.name and not run.output.lower().startswith("error"):
       if all(str(v).lower() in run.output.lower() for v in action.arguments.values()):
@@ -582,6 +583,11 @@ class TelecomRuleVerifier:
     reasons: list[str] = []
     notes: list[str] = []
     text = corrected if isinstance(corrected, str) else ""
+    turn = parse_assistant_turn(text)
+    if turn.errors or not (turn.tool_calls or turn.content.strip()):
+      reasons.append("malformed_reply")
+      notes.append("the reply has no usable message or tool call." if not turn.errors else
+                   f"the reply has a malformed tool call ({turn.errors[0]}).")
     m = _LEAK_RE.search(text)
     if m:
       reasons.append("leak")
