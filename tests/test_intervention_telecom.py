@@ -5,6 +5,7 @@ the pipeline end to end with a scripted policy, and the trainer's task source.""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import numpy as np
@@ -21,6 +22,10 @@ from rti_jax.generation.base import SamplingParams
 from rti_jax.intervention import (
   InterventionConfig,
   InterventionRoles,
+  JudgeLLM,
+  LLMCorrector,
+  LLMValidator,
+  LLMVerifier,
   PolicyCorrector,
   StepContext,
   TelecomRuleValidator,
@@ -390,6 +395,31 @@ def test_validator_fires_on_do_nothing_and_naive_agents_over_the_train_tasks():
   assert chat[0][1].is_valid and all(j.error_types == (POINTLESS_REPEAT,) for _, j in chat[1:])
 
 
+def test_verifier_on_gold_steps_rejects_only_unlooked_up_prices():
+  """Residue, measured: the gold script quotes a refuel price without looking the plan up; the
+  Verifier rejects exactly those offers whose price no user or tool message has shown."""
+  rejected = expected = steps = 0
+  for task in load_split("base"):
+    env = TelecomEnv()
+    env.reset(task)
+    agent = GoldAgent(task)
+    while True:
+      draft = agent.act(env.transcript.messages)
+      ctx = ctx_of(env, "")
+      v = VERIFIER.judge(ctx, draft)
+      price = re.search(r"for \$([\d.]+)\.", draft)
+      seen = " ".join(m["content"] for m in ctx.history if m["role"] != "assistant") + ctx.user_query
+      unshown = bool(price) and float(price.group(1)) not in {float(x) for x in re.findall(r"\d+(?:\.\d+)?", seen)}
+      expected += unshown
+      steps += 1
+      if not v.ok:
+        rejected += 1
+        assert unshown and v.reasons == ("leaked_value",) and f"${price.group(1)}" in v.diagnosis
+      if env.step(draft).done:
+        break
+  assert steps > 114 * 5 and rejected == expected > 0
+
+
 # --- the pipeline end to end ------------------------------------------------------------------------
 
 
@@ -432,6 +462,51 @@ def test_intervene_groups_end_to_end_on_telecom():
   a = winner.arrays()
   assert a["intervened_mask"].sum() == sum(t.end - t.start for t in winner.turns if t.intervened)
   assert np.all(a["cal_logp"][a["intervened_mask"] == 1] > a["roll_logp"][a["intervened_mask"] == 1])
+
+
+D1_VALIDATOR_JSON = ('{"is_valid": false, "error_types": ["user_side_device_action"], "diagnosis": "The call to '
+                     'check_network_status is invalid because it corresponds to a user-side device action rather than an '
+                     'agent-executable tool call.", "suggest_next": "ask user to call the check_network_status function"}')
+D1_CORRECTOR_JSON = json.dumps({"reasoning": D1_CORRECTED.split("<think>\n")[1].split("\n</think>")[0], "tool_calls": [],
+                                "content": D1_CORRECTED.split("</think>\n\n")[1]})
+
+
+def _judge_script(prompt: str) -> str:
+  """A judge model answering the App. A.1 tau2 templates as the paper's App. D.1 reports."""
+  if "trajectory supervisor" in prompt:
+    current = prompt.split("[Current Response]", 1)[1].split("[Required actions", 1)[0]
+    flagged = "tool_call" in current and "check_network_status" in current
+    return D1_VALIDATOR_JSON if flagged else '{"is_valid": true, "error_types": [], "diagnosis": "ok", "suggest_next": ""}'
+  if "silent calibrator" in prompt:
+    return "<think>\nThe draft calls a device tool.\n</think>\n" + D1_CORRECTOR_JSON
+  if "faithfulness inspector" in prompt:
+    return '{"ok": true, "reasons": [], "diagnosis": "leakage: none; hallucinated_tool_result: none"}'
+  return ""
+
+
+def test_llm_roles_with_the_tau2_templates_on_telecom():
+  task = get_task(D1_TASK)
+  tok = byte_tokenizer()
+  fmt = ChatFormatter(tok)
+  turns = [D1_DRAFT] + gold_agent_turns(task)
+  policy = ScriptedPolicy(tok, lambda p: turns[min(p.count("<|im_start|>assistant\n") - 1, len(turns) - 1)],
+                          scripted_logp())
+  judge_model = ScriptedPolicy(tok, _judge_script, scripted_logp())
+  llm = JudgeLLM(judge_model, fmt, SamplingParams(max_new_tokens=2048, temperature=0.0))
+  roles = InterventionRoles(LLMValidator(llm), LLMCorrector(llm), LLMVerifier(llm))
+  rc = RolloutConfig(group_size=1, sampling=SamplingParams(max_new_tokens=2048), max_context_tokens=60_000)
+  stats = InterventionStats()
+  [[traj]] = run_intervened_rollouts([task], TelecomEnv, policy, fmt, roles, InterventionConfig(domain="telecom"), rc,
+                                     stats, task_id=lambda t: t.task_id, seed=0)
+  assert stats.steps_flagged == 1 and stats.verifier_accepted == 1 and stats.corrections_applied == 1
+  assert stats.validator_malformed == stats.corrector_malformed == stats.verifier_malformed == 0
+  [fixed] = [t.text for t in traj.turns if t.intervened]
+  assert fixed == D1_CORRECTED  # the Corrector JSON written back in the agent format
+  assert traj.messages[traj.messages.index({"role": "assistant", "content": fixed}) + 1]["content"].startswith(
+    "I ran check_network_status:")
+  assert traj.reward == 1.0
+  prompts = [c for c in judge_model.calls if "trajectory supervisor" in c]
+  assert prompts and all("USER_SIDE_DEVICE_ACTION" in c and "toggle_airplane_mode" in c for c in prompts)
 
 
 # --- the trainer's task source ----------------------------------------------------------------------

@@ -95,7 +95,7 @@ _LEAK_RE = re.compile(
 _ID_RE = re.compile(r"\b[A-Z]{1,3}\d{3,}\b")
 _PHONE_RE = re.compile(r"(?<!\d)(?<!\d\.)(?:\+?1[\s.-]?)?\(?\d{3}\)?[\s.-]?\d{3}[\s.-]?\d{4}(?!\d|\.\d)")
 _FIGURE_RE = re.compile(
-  r"(?:\$\s?\d[\d,]*(?:\.\d+)?)|(?<![\w.])\d+(?:\.\d+)?\s?(?:GB|MB|KB|gigabytes?|megabytes?|Mbps|Mbit/s|%|dollars?|USD)\b"
+  r"(?:\$\s?\d[\d,]*(?:\.\d+)?)|(?<![\w.])\d+(?:\.\d+)?\s?(?:(?:GB|MB|KB|gigabytes?|megabytes?|Mbps|dollars?|USD)\b|Mbit/s|%)"
   r"|(?<![\w.-])\d+\.\d+(?![\w.])|\b\d{4}-\d{2}-\d{2}\b",
   re.IGNORECASE,
 )
@@ -554,6 +554,24 @@ def claim_problems(content: str, seen: str, agents: Sequence[AgentRun]) -> list[
   return out
 
 
+_UNITS = {"gb": "gb", "gigabyte": "gb", "gigabytes": "gb", "mb": "mb", "megabyte": "mb", "megabytes": "mb", "kb": "kb",
+          "mbps": "mbps", "mbit/s": "mbps", "%": "%", "dollar": "usd", "dollars": "usd", "usd": "usd"}
+
+
+def figures_in(text: str) -> set[tuple[float, str]]:
+  """``(number, unit)`` of every figure in ``text`` ("$4.00" -> (4.0, "usd"), "2GB" -> (2.0, "gb"));
+  a bare decimal has unit ""."""
+  out = set()
+  for m in _FIGURE_RE.finditer(text):
+    fig = m.group(0).replace(",", "")
+    num = _NUMBER_RE.search(fig)
+    if num is None or re.fullmatch(r"\d{4}-\d{2}-\d{2}", fig):
+      continue
+    unit = "usd" if fig.lstrip().startswith("$") else _UNITS.get(fig[num.end():].strip().lower(), "")
+    out.add((float(num.group(0)), unit))
+  return out
+
+
 def _figure_visible(figure: str, seen: str) -> bool:
   nums = numbers_in(figure)
   return bool(nums) and nums <= numbers_in(seen)
@@ -618,7 +636,13 @@ class TelecomRuleVerifier:
     out += [i for i in _ID_RE.findall(text) if i.lower() not in low]
     phones = phones_in(seen)
     out += [p.group(0) for p in _PHONE_RE.finditer(text) if norm_value(p.group(0)) not in phones]
-    out += [f.group(0) for f in _FIGURE_RE.finditer(_PHONE_RE.sub(" ", text)) if not _figure_visible(f.group(0), seen)]
+    # A figure is visible when a user or tool message shows its number (coarse: tool outputs are
+    # JSON, so units are not matched), or the tool list or the policy, which the policy sees, shows
+    # the same figure with its unit ("at most 2 GB").
+    prose = figures_in("\n".join((json.dumps(list(ctx.tools), ensure_ascii=False), self.policy)))
+    for f in _FIGURE_RE.finditer(_PHONE_RE.sub(" ", text)):
+      if not _figure_visible(f.group(0), seen) and not (figures_in(f.group(0)) <= prose):
+        out.append(f.group(0))
     vocab_words = set(re.findall(r"[a-z]+", (seen + "\n" + self.policy + "\n" + json.dumps(list(ctx.tools))).lower()))
     hidden_names = backend_names() | _names_in_evidence(ctx.evidence)
     for word in re.findall(r"[A-Za-z]{3,}", text):
