@@ -593,6 +593,8 @@ class TelecomRuleVerifier:
     self.policy = default_policy_text() if policy is None else policy
     self.check_rules = check_rules
     self._validator = TelecomRuleValidator(self.policy)
+    self._policy_words = frozenset(re.findall(r"[a-z]+", self.policy.lower()))
+    self._policy_figures = frozenset(figures_in(self.policy))
 
   def verify(self, ctxs: Sequence[StepContext], corrected: Sequence[str]) -> list[VerifierJudgement]:
     return [self.judge(c, u) for c, u in zip(ctxs, corrected)]
@@ -639,15 +641,15 @@ class TelecomRuleVerifier:
     # A figure is visible when a user or tool message shows its number (coarse: tool outputs are
     # JSON, so units are not matched), or the tool list or the policy, which the policy sees, shows
     # the same figure with its unit ("at most 2 GB").
-    prose = figures_in("\n".join((json.dumps(list(ctx.tools), ensure_ascii=False), self.policy)))
+    tools = json.dumps(list(ctx.tools), ensure_ascii=False)
+    prose = figures_in(tools) | self._policy_figures
     for f in _FIGURE_RE.finditer(_PHONE_RE.sub(" ", text)):
       if not _figure_visible(f.group(0), seen) and not (figures_in(f.group(0)) <= prose):
         out.append(f.group(0))
-    vocab_words = set(re.findall(r"[a-z]+", (seen + "\n" + self.policy + "\n" + json.dumps(list(ctx.tools))).lower()))
+    vocab_words = self._policy_words | set(re.findall(r"[a-z]+", (seen + "\n" + tools).lower()))
     hidden_names = backend_names() | _names_in_evidence(ctx.evidence)
-    for word in re.findall(r"[A-Za-z]{3,}", text):
-      if word in hidden_names and word.lower() not in set(re.findall(r"[a-z]+", low)):
-        out.append(word)
+    seen_words = set(re.findall(r"[a-z]+", low))
+    out += [w for w in re.findall(r"[A-Za-z]{3,}", text) if w in hidden_names and w.lower() not in seen_words]
     for m in _CAP_WORD_RE.finditer(text):
       word = m.group(1)
       before = text[: m.start()].rstrip()
