@@ -35,6 +35,8 @@ from rti_jax.intervention import (
 )
 from rti_jax.intervention.rules_telecom import (
   FABRICATED_ARGUMENTS,
+  firing_rates,
+  naive_device_turns,
   FALSE_CLAIM,
   GOAL_DRIFT,
   POINTLESS_REPEAT,
@@ -268,6 +270,12 @@ def test_pointless_repeat():
   # asking for an undirected toggle the user already ran would undo it
   assert judge(env, "Please run toggle_data() on your phone.").error_types == (POINTLESS_REPEAT,)
   assert judge(env, "Please make sure your mobile data is on.").is_valid
+  env.step("Please run check_status_bar() on your phone.")
+  assert judge(env, "Please run check_status_bar() again.").error_types == (POINTLESS_REPEAT,)  # nothing changed
+  env.step("Please make sure airplane mode is off.")  # the user reports it is already off: no change
+  assert judge(env, "Please check your status bar.").error_types == (POINTLESS_REPEAT,)
+  env.step("Please restart your phone.")  # a device write: checking again is worth it
+  assert judge(env, "Please check your status bar.").is_valid
   # the same message twice with nothing changed in between
   env2 = env_after(REFUEL_TASK, ["Could you tell me more about the problem?"])
   assert judge(env2, "Could you tell me more about the problem?").error_types == (POINTLESS_REPEAT,)
@@ -371,28 +379,24 @@ def test_no_false_alarm_on_the_gold_agent_across_all_tasks(agent_cls):
   assert len(steps) > 114 * 5 and flagged == []
 
 
-def _naive_turns(task) -> list[str]:
-  """The gold replay, but the agent calls each device tool itself instead of asking the user."""
-  out = []
-  for turn in gold_agent_turns(task):
-    m = re.fullmatch(r"Please run (\w+)\((.*?)\) on your phone and tell me the result\.", turn)
-    out.append(tool_call_text(m.group(1), dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))) if m else turn)
-  return out
-
-
 def test_validator_fires_on_do_nothing_and_naive_agents_over_the_train_tasks():
   train = load_split("train")
   stop = [judged_episode(DoNothingAgent(t), t) for t in train]
   assert all(len(s) == 1 and s[0][1].error_types == (PREMATURE_TERMINATION,) for s in stop)
   device = set(dt.DEVICE_TOOLS)
-  calls = flagged = 0
+  calls = steps = episodes = 0
   for t in train:
-    for draft, j in judged_episode(ScriptAgent(_naive_turns(t)), t):
+    episode = judged_episode(ScriptAgent(naive_device_turns(t)), t)
+    steps += len(episode)
+    episodes += any(not j.is_valid for _, j in episode)
+    for draft, j in episode:
       own = [c for c in parse_assistant_turn(draft).tool_calls if c.name in device]
       calls += bool(own)
-      flagged += USER_SIDE_DEVICE_ACTION in j.error_types
       assert (USER_SIDE_DEVICE_ACTION in j.error_types) == bool(own)
-  assert calls == flagged > len(train)
+  # the measuring helper agrees with this step-by-step count
+  rates = firing_rates(lambda t: ScriptAgent(naive_device_turns(t)), train)
+  assert rates["by_rule"][USER_SIDE_DEVICE_ACTION] == calls > len(train)
+  assert (rates["steps"], rates["episodes_flagged"], rates["tasks"]) == (steps, episodes, len(train))
   chat = judged_episode(DoNothingAgent(train[0], stop=False), train[0])
   assert chat[0][1].is_valid and all(j.error_types == (POINTLESS_REPEAT,) for _, j in chat[1:])
 
@@ -431,7 +435,7 @@ class NaiveTelecomScript:
   ("ask the user to run X(...) on their phone")."""
 
   def __init__(self, task) -> None:
-    self.turns = _naive_turns(task)
+    self.turns = naive_device_turns(task)
 
   def __call__(self, prompt: str) -> str:
     last = prompt.rsplit("<|im_start|>user\n", 1)[-1]

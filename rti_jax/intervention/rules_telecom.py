@@ -11,7 +11,8 @@ Validator (reward-oriented, Sec. 4.1: flags only derailing steps), on the draft 
     no user or tool message has shown;
   * ``POINTLESS_REPEAT``: an agent call identical to an earlier successful one (a write,
     or a lookup with nothing changed since), the same message again with nothing changed,
-    or asking the user to repeat a toggle / reset they already ran (it undoes it);
+    asking the user to repeat an undirected toggle they already ran (it undoes it), or a
+    device check they already ran with nothing changed since;
   * ``FALSE_CLAIM``: the reply claims a lookup ("I've checked your account") or an agent
     action ("I've enabled roaming") without the matching successful call, or states a
     backend id or a usage figure no message has shown;
@@ -416,11 +417,20 @@ class TelecomRuleValidator:
       if same and not _state_changed_since(same[-1], agents, users):
         out.append((POINTLESS_REPEAT, "The reply repeats an earlier message word for word and nothing has changed since.",
                     "Respond to what the user said last instead of repeating yourself."))
-      done = {u.name for _, u in users}
+      last_run = {u.name: i for i, u in users}
+      writes = _device_writes()
       for req in device_requests(turn.content):
-        if req.tool in UNDOING_REPEATS and req.direction is None and req.tool in done:
+        if req.tool not in last_run:
+          continue
+        if req.tool in UNDOING_REPEATS and req.direction is None:
           out.append((POINTLESS_REPEAT, f"The user already ran {req.tool}; running it again undoes it.",
-                      f"Ask the user to check the current state (e.g. check_network_status) instead of running {req.tool} again."))
+                      f"Ask the user to check the current state (e.g. check_network_status) instead of running "
+                      f"{req.tool} again."))
+          break
+        if req.tool not in writes and not _state_changed_since(last_run[req.tool], agents, users):
+          out.append((POINTLESS_REPEAT, f"The user already ran {req.tool} and nothing has changed since; its result "
+                                        f"is in the conversation.",
+                      f"Use the {req.tool} result the user reported and move on to the next step."))
           break
     return out
 
@@ -679,3 +689,77 @@ def _names_in_evidence(evidence: dict[str, Any]) -> frozenset[str]:
     if m:
       words.update(w for w in re.findall(r"[A-Za-z]{3,}", m.group(1)))
   return frozenset(words)
+
+
+# --- measuring the Validator on scripted agents -----------------------------------------------------
+
+
+def naive_device_turns(task: Any) -> list[str]:
+  """The gold replay (``scripted_agents.gold_agent_turns``, named style) with every device
+  request turned into the agent's own tool call: the App. D.1 failure, at every device step."""
+  from rti_jax.envs.telecom.scripted_agents import gold_agent_turns, tool_call_text
+
+  out = []
+  for turn in gold_agent_turns(task):
+    m = re.fullmatch(r"Please run (\w+)\((.*?)\) on your phone and tell me the result\.", turn)
+    out.append(tool_call_text(m.group(1), dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))) if m else turn)
+  return out
+
+
+def firing_rates(make_agent: Any, tasks: Sequence[Any], validator: TelecomRuleValidator | None = None) -> dict[str, Any]:
+  """Runs ``make_agent(task)`` on every task in a ``TelecomEnv`` and judges each of its steps.
+
+  Returns ``{"tasks", "steps", "flagged", "episodes_flagged", "mean_reward", "by_rule"}``
+  (``by_rule``: flagged steps per error type).
+  """
+  from rti_jax.envs.telecom.env import TelecomEnv
+
+  validator = validator or TelecomRuleValidator()
+  env = TelecomEnv()
+  steps = flagged = episodes = 0
+  reward = 0.0
+  by_rule: dict[str, int] = {}
+  for task in tasks:
+    env.reset(task)
+    agent = make_agent(task)
+    hit = False
+    while True:
+      msgs = env.transcript.messages
+      draft = agent.act(msgs)
+      ctx = StepContext(msgs[1]["content"], tuple(m for m in msgs if m["role"] != "system"), draft,
+                        tuple(env.tool_schemas()), env.reward_evidence(), "telecom")
+      j = validator.judge(ctx)
+      steps += 1
+      if not j.is_valid:
+        flagged += 1
+        hit = True
+        for e in j.error_types:
+          by_rule[e] = by_rule.get(e, 0) + 1
+      result = env.step(draft)
+      if result.done:
+        reward += result.reward
+        break
+    episodes += hit
+  return {"tasks": len(tasks), "steps": steps, "flagged": flagged, "episodes_flagged": episodes,
+          "mean_reward": reward / max(len(tasks), 1), "by_rule": dict(sorted(by_rule.items()))}
+
+
+def main() -> None:
+  """``python -c "from rti_jax.intervention.rules_telecom import main; main()"``: how often the Validator fires on the gold
+  agent (all 114 tasks, both request styles) and on failing agents (the 74 train tasks)."""
+  from rti_jax.envs.telecom import DescribedGoldAgent, DoNothingAgent, GoldAgent, ScriptAgent, load_split
+
+  base, train = load_split("base"), load_split("train")
+  rows = [("gold, by tool name (base)", GoldAgent, base), ("gold, in plain words (base)", DescribedGoldAgent, base),
+          ("do-nothing, stops at once (train)", lambda t: DoNothingAgent(t), train),
+          ("do-nothing, chats to the limit (train)", lambda t: DoNothingAgent(t, stop=False), train),
+          ("naive, runs device tools itself (train)", lambda t: ScriptAgent(naive_device_turns(t)), train)]
+  print(f"{'agent':42s} {'reward':>6s} {'steps':>6s} {'flagged':>8s} {'episodes':>9s}  by rule")
+  for name, make, tasks in rows:
+    r = firing_rates(make, tasks)
+    print(f"{name:42s} {r['mean_reward']:6.3f} {r['steps']:6d} {r['flagged'] / r['steps']:8.3f} "
+          f"{r['episodes_flagged']:4d}/{r['tasks']:<4d}  {r['by_rule']}")
+
+
+if __name__ == "__main__":
+  main()
