@@ -426,6 +426,31 @@ def test_verifier_on_gold_steps_rejects_only_unlooked_up_prices():
   assert steps > 114 * 5 and rejected == expected > 0
 
 
+def test_following_the_hints_repairs_every_naive_train_episode():
+  """Self-intervention in miniature: at each flagged step the agent writes the Validator's
+  suggestion as its message; the Verifier checks it; the episode goes on from it."""
+  corrected = accepted = 0
+  for task in load_split("train"):
+    env = TelecomEnv()
+    env.reset(task)
+    turns = naive_device_turns(task)
+    for k in range(env.max_turns):
+      draft = turns[k] if k < len(turns) else "Thank you. ###STOP###"
+      j = judge(env, draft)
+      m = re.search(r"ask the user to run (\w+\([^)]*\)) on their phone", j.suggest_next)
+      if not j.is_valid and m:
+        fix = f"Please run {m.group(1)} on your phone and tell me the result."
+        corrected += 1
+        if VERIFIER.judge(ctx_of(env, draft), fix).ok:
+          accepted += 1
+          draft = fix
+      if env.step(draft).done:
+        break
+    assert env.transcript.reward == 1.0, task.task_id
+  n_device = sum(a.requestor == "user" and a.name != "make_payment" for t in load_split("train") for a in t.actions)
+  assert corrected == accepted == n_device
+
+
 # --- the pipeline end to end ------------------------------------------------------------------------
 
 

@@ -44,6 +44,16 @@ that name and those arguments (free text such as a transfer summary aside) got a
 tool response; a user action is done when a
 user message reports running that device tool (``I ran <tool>: <output>``, the scripted
 user's format) with an output that mentions each of its argument values.
+
+Measured with ``firing_rates`` (``main()`` prints the table): the Validator flags 0 of the 905
+steps of the gold agent on all 114 tasks (device actions asked for by tool name, and in plain
+words); on the 74 train tasks it flags every do-nothing episode (PREMATURE_TERMINATION), 2146
+of 2220 steps of an agent that chats to the turn limit (POINTLESS_REPEAT from its second
+message on), and each of the 269 device calls of an agent that runs the device tools itself
+(USER_SIDE_DEVICE_ACTION; 66 / 74 episodes, the other 8 tasks need no device action). Used as
+corrections, the Validator's hints for those 269 steps all pass the Verifier and repair all 74
+episodes. The Verifier rejects 16 of the 905 gold steps: refuel offers quoting a price that no
+lookup has shown (the gold script does not look the plan up).
 """
 
 from __future__ import annotations
