@@ -91,6 +91,7 @@ def make_roles(
   judge_sampling: Any = None,
   judge_max_context_tokens: int | None = None,
   corrector: str = "policy",
+  domain: str = "navigation",
 ) -> InterventionRoles:
   """Builds the MAS roles.
 
@@ -101,9 +102,9 @@ def make_roles(
   corrector: "policy" (the policy samples u~_k from the correction prompt) or "llm"
     (the judge writes the App. A.1 Corrector JSON).
   sampling: the policy's ``SamplingParams`` for the PolicyCorrector.
+  domain: picks the rule-based roles for ``kind="rules"`` ("navigation" or "telecom").
   """
   from rti_jax.intervention.judges import JudgeLLM, LLMCorrector, LLMValidator, LLMVerifier, PolicyCorrector
-  from rti_jax.intervention.rules_navigation import NavigationRuleValidator, NavigationRuleVerifier
 
   if kind not in ("rules", "llm"):
     raise ValueError(f"kind: expected 'rules' or 'llm', got {kind!r}")
@@ -122,8 +123,22 @@ def make_roles(
     PolicyCorrector(policy, sampling, policy_formatter.end_of_turn_id) if corrector == "policy" else LLMCorrector(llm)
   )
   if kind == "rules":
-    return InterventionRoles(NavigationRuleValidator(), corr, NavigationRuleVerifier())
+    validator, verifier = rule_roles(domain)
+    return InterventionRoles(validator, corr, verifier)
   return InterventionRoles(LLMValidator(llm), corr, LLMVerifier(llm))
+
+
+def rule_roles(domain: str) -> tuple[Validator, Verifier]:
+  """The rule-based (Validator, Verifier) of a domain: the defaults for a policy too small to judge."""
+  if domain == "navigation":
+    from rti_jax.intervention.rules_navigation import NavigationRuleValidator, NavigationRuleVerifier
+
+    return NavigationRuleValidator(), NavigationRuleVerifier()
+  if domain == "telecom":
+    from rti_jax.intervention.rules_telecom import TelecomRuleValidator, TelecomRuleVerifier
+
+    return TelecomRuleValidator(), TelecomRuleVerifier()
+  raise ValueError(f"domain: expected 'navigation' or 'telecom' for rule-based roles, got {domain!r}")
 
 
 def group_all_failed(group: Sequence[Trajectory]) -> bool:
