@@ -65,7 +65,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--config", default="navigation", help="a config name under configs/ or a YAML path")
   p.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds")
-  p.add_argument("--deltas", type=parse_delta, nargs="+", default=list(DELTAS), help="PPL-gate thresholds")
+  p.add_argument("--deltas", nargs="+", default=[str(d) for d in DELTAS],
+                 help="PPL-gate thresholds (numbers >= 0 or inf; key=value items after them are overrides)")
   p.add_argument("--no-grpo", action="store_true", help="skip the GRPO reference run")
   p.add_argument("--quick", action="store_true", help="a small smoke profile (CI)")
   p.add_argument("--out", default=None, help="run directory (default: runs/<name>-delta-<time>)")
@@ -165,6 +166,13 @@ def plot_fig3(results: dict[str, Any], key: str, out: pathlib.Path) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
   args, unknown = parse_args(argv)
+  # nargs="+" also swallows overrides written after the thresholds: hand them back.
+  unknown = [d for d in args.deltas if "=" in d] + list(unknown)
+  try:
+    args.deltas = [parse_delta(d) for d in args.deltas if "=" not in d]
+  except argparse.ArgumentTypeError as e:
+    print(e, file=sys.stderr)
+    return 2
   bad = [u for u in unknown if u.startswith("--")]
   if bad:
     print(f"unknown options: {bad}; see --help", file=sys.stderr)

@@ -35,7 +35,8 @@ from rti_jax.config import load_config  # noqa: E402
 #: label -> overrides on top of the shared base config (same policy, budget and seed).
 VARIANTS: dict[str, list[str]] = {
     "grpo": ["loss.method=grpo"],
-    "rti_no_postcheck": ["loss.method=rti", "intervention.verifier=off"],
+    # quoted: YAML would read a bare off as the boolean False
+    "rti_no_postcheck": ["loss.method=rti", "intervention.verifier='off'"],
     "rti_no_ppl_gate": ["loss.method=rti", "intervention.delta=inf"],
     "rti_no_reweight": ["loss.method=rti", "intervention.reweight=false"],
     "rti": ["loss.method=rti"],

@@ -46,6 +46,24 @@ def _random_qwen(path, vocab_size: int, seed: int, hidden: int = 32, layers: int
 # --- delta = 0 equals GRPO -------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module", autouse=True)
+def shared_compilation_cache(tmp_path_factory):
+  """The experiments build many same-shape trainers; a module-local persistent compilation
+  cache lets them share compiled steps (restored to the previous settings afterwards)."""
+  import jax
+  from jax.experimental.compilation_cache import compilation_cache
+
+  keys = {"jax_compilation_cache_dir": str(tmp_path_factory.mktemp("jax_cache")),
+          "jax_persistent_cache_min_compile_time_secs": 0.0, "jax_persistent_cache_min_entry_size_bytes": -1}
+  old = {k: getattr(jax.config, k) for k in keys}
+  for k, v in keys.items():
+    jax.config.update(k, v)
+  yield
+  for k, v in old.items():
+    jax.config.update(k, v)
+  compilation_cache.reset_cache()
+
+
 class Mod4Env(Environment):
   """One turn; reward 1 iff the reply's length is a multiple of 4 (so about a third of G=4 groups all fail)."""
 
@@ -146,11 +164,26 @@ def test_sweep_variants_and_labels():
   assert delta_sweep.pass_key(2) == "pass@2" and delta_sweep.pass_key(8) == "pass@4"
 
 
+def test_ablation_variants_switch_exactly_one_component_each():
+  base = load_config("navigation", ["policy.path=x"])
+  cfgs = {k: load_config("navigation", ["policy.path=x", *v]) for k, v in navigation_ablation.VARIANTS.items()}
+  assert cfgs["grpo"].loss.method == "grpo"
+  assert cfgs["rti"].intervention == base.intervention and cfgs["rti"].loss.method == "rti"
+  assert cfgs["rti_no_postcheck"].intervention.verifier == "off"
+  assert math.isinf(cfgs["rti_no_ppl_gate"].intervention.delta)
+  assert cfgs["rti_no_reweight"].intervention.reweight is False
+  for k in ("rti_no_postcheck", "rti_no_ppl_gate", "rti_no_reweight"):
+    changed = [f for f in ("verifier", "delta", "reweight")
+               if getattr(cfgs[k].intervention, f) != getattr(base.intervention, f)]
+    assert len(changed) == 1, (k, changed)
+
+
 # --- quick paths -----------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def nav_policies(tmp_path_factory):
+  """A tiny random Navigation policy and teacher."""
   root = tmp_path_factory.mktemp("nav")
   out = {}
   for name, seed in (("policy", 1), ("teacher", 2)):
@@ -161,7 +194,7 @@ def nav_policies(tmp_path_factory):
 
 def _tiny(policy: str) -> list[str]:
   return [f"policy.path={policy}", "env.num_train=4", "env.num_test=2", "env.max_turns=2", "rollout.tasks_per_iter=2",
-          "rollout.group_size=2", "rollout.max_new_tokens=8", "train.iterations=1", "train.eval_every=1",
+          "rollout.group_size=2", "rollout.max_new_tokens=8", "rollout.max_context=1024", "train.iterations=1", "train.eval_every=1",
           "train.eval_tasks=1", "train.eval_samples=2", "train.checkpoint_every=1"]
 
 
@@ -177,7 +210,7 @@ def test_ablation_quick_writes_table3(nav_policies, tmp_path, capsys):
   assert names == ["Base policy", "GRPO", "RTI w/o Post-Check", "RTI w/o PPL Gating", "RTI w/o Reweight", "RTI"]
   assert res["table"]["columns"][1:] == [f"pass@{k}" for k in (1, 2, 3, 4)] + [f"pass^{k}" for k in (1, 2, 3, 4)]
   for row in res["table"]["rows"]:  # 2 samples per task: pass@1,2 and pass^1,2 are measured, k = 3, 4 are not
-    assert all(0 <= x <= 100 for x in row[1:3] + row[5:7]) and all(x is None or math.isnan(x) for x in row[3:5])
+    assert all(0 <= x <= 100 for x in row[1:3] + row[5:7]) and row[3:5] == ["nan", "nan"]  # JSON's nan
   runs = res["runs"]["0"]
   assert (out / "ablation.png").stat().st_size > 0 and (out / "table.md").exists()
   assert "RTI w/o PPL Gating" in capsys.readouterr().out
