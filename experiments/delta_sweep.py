@@ -59,6 +59,8 @@ def parse_delta(text: str) -> float:
     raise argparse.ArgumentTypeError(f"--deltas: expected numbers >= 0 or 'inf', got {text!r}")
   return value
 
+#: the --quick profile: navigation's smoke profile, with 4 samples per test task (pass@1..4, pass^1..4).
+QUICK = [*nav_exp.QUICK, "train.eval_samples=4"]
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
   p = argparse.ArgumentParser(prog="run.py --exp=delta_sweep", description=__doc__,
@@ -177,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   if bad:
     print(f"unknown options: {bad}; see --help", file=sys.stderr)
     return 2
-  overrides = (nav_exp.QUICK if args.quick else []) + list(args.overrides) + list(unknown)
+  overrides = (QUICK if args.quick else []) + list(args.overrides) + list(unknown)
   base = load_config(args.config, overrides)
   name = base.name + "-delta" + ("-quick" if args.quick else "")
   out = pathlib.Path(args.out) if args.out else reporting.make_run_dir("runs", name)

@@ -46,6 +46,8 @@ NAMES = {"base": "Base policy", "grpo": "GRPO", "rti_no_postcheck": "RTI w/o Pos
          "rti_no_ppl_gate": "RTI w/o PPL Gating", "rti_no_reweight": "RTI w/o Reweight", "rti": "RTI"}
 KS = (1, 2, 3, 4)
 
+#: the --quick profile: navigation's smoke profile, with 4 samples per test task (pass@1..4, pass^1..4).
+QUICK = [*nav_exp.QUICK, "train.eval_samples=4"]
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
   p = argparse.ArgumentParser(prog="run.py --exp=navigation_ablation", description=__doc__,
@@ -103,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   if bad:
     print(f"unknown options: {bad}; see --help", file=sys.stderr)
     return 2
-  overrides = (nav_exp.QUICK if args.quick else []) + list(args.overrides) + list(unknown)
+  overrides = (QUICK if args.quick else []) + list(args.overrides) + list(unknown)
   name = load_config(args.config, overrides).name + "-ablation" + ("-quick" if args.quick else "")
   out = pathlib.Path(args.out) if args.out else reporting.make_run_dir("runs", name)
   out.mkdir(parents=True, exist_ok=True)

@@ -53,6 +53,8 @@ METHODS = ("grpo", "gspo", "aepo", "opd", "luffy", "rti")
 NAMES = {"base": "Base policy", "grpo": "GRPO", "gspo": "GSPO", "aepo": "AEPO", "opd": "OPD", "luffy": "LUFFY",
          "rti": "RTI"}
 
+#: the --quick profile: navigation's smoke profile, with 4 samples per test task (pass@1..4, pass^1..4).
+QUICK = [*nav_exp.QUICK, "train.eval_samples=4"]
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
   p = argparse.ArgumentParser(prog="run.py --exp=navigation_baselines", description=__doc__,
@@ -127,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   if bad:
     print(f"unknown options: {bad}; see --help", file=sys.stderr)
     return 2
-  overrides = (nav_exp.QUICK if args.quick else []) + list(args.overrides) + list(unknown)
+  overrides = (QUICK if args.quick else []) + list(args.overrides) + list(unknown)
   name = load_config(args.config, overrides).name + "-baselines" + ("-quick" if args.quick else "")
   out = pathlib.Path(args.out) if args.out else reporting.make_run_dir("runs", name)
   out.mkdir(parents=True, exist_ok=True)
