@@ -162,6 +162,7 @@ def test_sweep_variants_and_labels():
     assert cfg.loss.method in ("grpo", "rti")
   assert math.isinf(load_config("navigation", ["policy.path=x", *v["delta_inf"]]).intervention.delta)
   assert delta_sweep.pass_key(2) == "pass@2" and delta_sweep.pass_key(8) == "pass@4"
+  assert delta_sweep.main(["--deltas", "0", "-1"]) == 2  # a bad threshold is a clear error, not a crash
 
 
 def test_ablation_variants_switch_exactly_one_component_each():
