@@ -60,7 +60,7 @@ def parse_delta(text: str) -> float:
   return value
 
 #: the --quick profile: navigation's smoke profile, with 4 samples per test task (pass@1..4, pass^1..4).
-QUICK = [*nav_exp.QUICK, "train.eval_samples=4"]
+QUICK = [*nav_exp.QUICK, "train.eval_samples=4", "train.eval_every=1"]  # a Fig. 3 point per iteration
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
   p = argparse.ArgumentParser(prog="run.py --exp=delta_sweep", description=__doc__,
