@@ -41,6 +41,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--head-dim", type=int, default=64)
   p.add_argument("--qk-norm-init", type=float, default=2.0, help="initial q/k RMSNorm weight")
   p.add_argument("--lr", type=float, default=3e-3)
+  p.add_argument("--warmup-epochs", type=float, default=None,
+                 help="epochs of the short-context stage (examples without the system turn) before the full one")
   p.add_argument("--tokens-per-batch", type=int, default=4096)
   p.add_argument("--resolve-share", type=float, default=0.06,
                  help="share of disambiguation tasks whose decisive re-search is trained")
@@ -55,7 +57,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.head_dim = 16
     args.eval_tasks = 2 if args.eval_tasks is None else args.eval_tasks
     args.eval_samples = min(args.eval_samples, 2)
-  args.epochs = 4.0 if args.epochs is None else args.epochs
+  args.epochs = 2.0 if args.epochs is None else args.epochs
+  args.warmup_epochs = (0.0 if args.quick else 3.0) if args.warmup_epochs is None else args.warmup_epochs
   args.hidden = args.hidden or 128
   args.layers = args.layers or 3
   args.eval_tasks = 16 if args.eval_tasks is None else args.eval_tasks
@@ -130,8 +133,18 @@ def main(argv: list[str] | None = None) -> int:
   sft.sharpen_qk_norm(model, args.qk_norm_init)
   n_params = sft.count_params(model)
   log(f"model: qwen3 hidden {mcfg.hidden_size}, {mcfg.num_layers} layers, vocab {mcfg.vocab_size}, {n_params} params")
+  if args.warmup_epochs > 0:
+    # Stage 1: the same examples without the (constant, untrained) system turn.
+    short = [sft_data.without_system_turn(fmt, e) for e in examples]
+    wcfg = sft.SFTConfig(epochs=args.warmup_epochs, lr=args.lr, tokens_per_batch=args.tokens_per_batch // 2,
+                         seed=args.seed + 1)
+    warm = sft.train(model, short, wcfg, pad_id, log=lambda s: log("warm-up " + s))
+    log(f"warm-up: {warm.steps} steps in {warm.wall_s:.0f}s, final loss {np.mean(warm.losses[-10:]):.4f}")
   scfg = sft.SFTConfig(epochs=args.epochs, lr=args.lr, tokens_per_batch=args.tokens_per_batch, seed=args.seed)
   result = sft.train(model, examples, scfg, pad_id, log=log)
+  if args.warmup_epochs > 0:
+    result = sft.SFTResult(losses=warm.losses + result.losses, steps=warm.steps + result.steps,
+                           wall_s=warm.wall_s + result.wall_s, tokens_trained=warm.tokens_trained + result.tokens_trained)
   log(f"SFT: {result.steps} steps in {result.wall_s:.0f}s, final loss {np.mean(result.losses[-10:]):.4f}")
 
   os.makedirs(args.policy_dir, exist_ok=True)
@@ -165,8 +178,31 @@ def main(argv: list[str] | None = None) -> int:
   metrics["wall_s"] = time.time() - t_start
   with open(os.path.join(args.out, "metrics.json"), "w") as f:
     json.dump(metrics, f, indent=1, default=str)
+  write_card(args, metrics, os.path.join(args.policy_dir, "README.md"))
   log(f"wrote {args.policy_dir} and {args.out}/metrics.json, loss.png ({metrics['wall_s']:.0f}s)")
   return 0
+
+
+def write_card(args: argparse.Namespace, metrics: dict[str, Any], path: str) -> None:
+  """A short model card next to the checkpoint: how it was built and what it does."""
+  lines = [
+    "# navigation_tiny: the embedded base policy for Navigation",
+    "",
+    "A tiny Qwen3 (transformers `Qwen3ForCausalLM`, loaded by `models.from_pretrained`) with a",
+    "byte-level BPE tokenizer and a Qwen-style chat template, built by SFT on scripted",
+    "train-split trajectories only. Rebuild it with:",
+    "",
+    f"    python experiments/run.py --exp=navigation_sft --seed {args.seed}",
+    "",
+    f"Params: {metrics['params']}; tokenizer: {metrics['tokenizer_size']} tokens; "
+    f"SFT: {metrics['sft']['steps']} steps, {metrics['sft']['wall_s']:.0f} s on the build machine's CPU.",
+    f"SFT mix: {json.dumps(metrics['data']['kinds'])}.",
+  ]
+  if "eval" in metrics:
+    lines += ["", "Measured behaviour (real sampler; see the run's metrics.json):", "", "```",
+              table(metrics["eval"], args.eval_samples), "```"]
+  with open(path, "w") as f:
+    f.write("\n".join(lines) + "\n")
 
 
 def table(evals: dict[str, Any], k: int) -> str:

@@ -169,3 +169,12 @@ def test_bad_settings_are_named():
     build_tokenizer(["a"], 100)
   with pytest.raises(ValueError, match="examples"):
     sft.train(None, [], sft.SFTConfig(), 0)
+
+
+def test_without_system_turn_drops_only_the_system_turn(setup):
+  _, _, tok, fmt, _, examples = setup
+  for e in examples[:20]:
+    short = sft_data.without_system_turn(fmt, e)
+    full_text = tok.decode(list(e.token_ids))
+    assert tok.decode(list(short.token_ids)) == full_text.split("<|im_end|>\n", 1)[1]
+    assert sum(short.loss_mask) == sum(e.loss_mask)
