@@ -41,6 +41,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--head-dim", type=int, default=64)
   p.add_argument("--qk-norm-init", type=float, default=2.0, help="initial q/k RMSNorm weight")
   p.add_argument("--lr", type=float, default=3e-3)
+  p.add_argument("--copy-examples", type=int, default=None, help="synthetic copy sequences of stage 0 (default 0; 8000 installs copy heads on "
+                 "the toy task but they did not carry over to Navigation in a trial)")
   p.add_argument("--warmup-epochs", type=float, default=None,
                  help="epochs of the short-context stage (examples without the system turn) before the full one")
   p.add_argument("--tokens-per-batch", type=int, default=4096)
@@ -59,6 +61,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.eval_samples = min(args.eval_samples, 2)
   args.epochs = 2.0 if args.epochs is None else args.epochs
   args.warmup_epochs = (0.0 if args.quick else 3.0) if args.warmup_epochs is None else args.warmup_epochs
+  args.copy_examples = 0 if args.copy_examples is None else args.copy_examples
   args.hidden = args.hidden or 128
   args.layers = args.layers or 3
   args.eval_tasks = 16 if args.eval_tasks is None else args.eval_tasks
@@ -133,6 +136,13 @@ def main(argv: list[str] | None = None) -> int:
   sft.sharpen_qk_norm(model, args.qk_norm_init)
   n_params = sft.count_params(model)
   log(f"model: qwen3 hidden {mcfg.hidden_size}, {mcfg.num_layers} layers, vocab {mcfg.vocab_size}, {n_params} params")
+  if args.copy_examples > 0:
+    # Stage 0: synthetic copying over the tokenizer's word and number tokens.
+    pool = [i for t, i in tok.get_vocab().items() if t.isalnum() or t.replace(".", "").isdigit()]
+    copy = sft.copy_task_examples(pool, args.copy_examples, seed=args.seed)
+    ccfg = sft.SFTConfig(epochs=1.0, lr=args.lr, tokens_per_batch=768, max_len=64, len_multiple=32, seed=args.seed)
+    cres = sft.train(model, copy, ccfg, pad_id, log=lambda s: log("copy " + s), log_every=50)
+    log(f"copy stage: {cres.steps} steps in {cres.wall_s:.0f}s, final loss {np.mean(cres.losses[-10:]):.4f}")
   if args.warmup_epochs > 0:
     # Stage 1: the same examples without the (constant, untrained) system turn.
     short = [sft_data.without_system_turn(fmt, e) for e in examples]

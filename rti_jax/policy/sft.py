@@ -56,6 +56,20 @@ def sharpen_qk_norm(model: Qwen, scale: float) -> None:
       norm.scale.set_value(jnp.full(norm.scale.shape, scale, norm.scale.dtype))
 
 
+def copy_task_examples(token_ids: Sequence[int], num: int, length: int = 12, seed: int = 0) -> list[SFTExample]:
+  """Synthetic copy sequences ``[a_1..a_n, a_1..a_n]`` of random ``token_ids`` (trained on
+  the repeat). A few hundred steps on them install copy (induction) heads, which the
+  Navigation data alone (few copied tokens among long contexts) does not grow quickly.
+  """
+  rng = np.random.default_rng(seed)
+  pool = np.asarray(list(token_ids), np.int32)
+  out = []
+  for _ in range(num):
+    seq = [int(x) for x in rng.choice(pool, size=length)]
+    out.append(SFTExample("copy", "plain", tuple(seq + seq), tuple([False] * length + [True] * length)))
+  return out
+
+
 def count_params(model: nnx.Module) -> int:
   return int(sum(np.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, nnx.Param))))
 
