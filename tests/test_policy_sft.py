@@ -178,3 +178,12 @@ def test_without_system_turn_drops_only_the_system_turn(setup):
     full_text = tok.decode(list(e.token_ids))
     assert tok.decode(list(short.token_ids)) == full_text.split("<|im_end|>\n", 1)[1]
     assert sum(short.loss_mask) == sum(e.loss_mask)
+
+
+def test_copy_task_examples_repeat_their_first_half():
+  ex = sft.copy_task_examples([5, 6, 7, 8], 3, length=5, seed=1)
+  assert len(ex) == 3
+  for e in ex:
+    assert e.token_ids[:5] == e.token_ids[5:] and set(e.token_ids) <= {5, 6, 7, 8}
+    assert e.loss_mask == (False,) * 5 + (True,) * 5
+  assert sft.copy_task_examples([5, 6, 7, 8], 3, length=5, seed=1) == ex
