@@ -98,7 +98,11 @@ def navigation_source(cfg: ExperimentConfig) -> TaskSource:
 def task_source(cfg: ExperimentConfig) -> TaskSource:
   if cfg.env.name == "navigation":
     return navigation_source(cfg)
-  raise ValueError(f"env.name: expected one of ['navigation'] (telecom has no trainer source yet), got {cfg.env.name!r}")
+  if cfg.env.name == "telecom":
+    from rti_jax.envs.telecom.source import telecom_source
+
+    return telecom_source(cfg)
+  raise ValueError(f"env.name: expected one of ['navigation', 'telecom'], got {cfg.env.name!r}")
 
 
 def seed_from_key(key: jax.Array) -> int:
@@ -150,7 +154,15 @@ class Trainer:
     self.tokenizer = AutoTokenizer.from_pretrained(cfg.policy.path)
     self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
     self.formatter = ChatFormatter(self.tokenizer, self.source.tool_schemas)
-    self.backend: GenerationBackend = JaxBackend(self.model, max_cache_len=cfg.rollout.max_context, pad_id=self.pad_id)
+    self.backend: GenerationBackend
+    if cfg.rollout.backend == "sglang":
+      from rti_jax.generation.jax_backend import qwen_save_fn
+      from rti_jax.generation.sglang_http import SGLangHTTPBackend
+
+      self.backend = SGLangHTTPBackend(cfg.rollout.sglang_url, weights_dir=cfg.rollout.weights_dir, save_fn=qwen_save_fn)
+      self.backend.sync_weights(self.model)
+    else:
+      self.backend = JaxBackend(self.model, max_cache_len=cfg.rollout.max_context, pad_id=self.pad_id)
     self.sampling = SamplingParams(
         max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
         top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
@@ -228,11 +240,7 @@ class Trainer:
     return pipeline.InterventionRoles(validator=validator, corrector=corrector, verifier=verifier)
 
   def _rule_roles(self) -> tuple[Any, Any]:
-    if self.source.domain == "navigation":
-      from rti_jax.intervention.rules_navigation import NavigationRuleValidator, NavigationRuleVerifier
-
-      return NavigationRuleValidator(), NavigationRuleVerifier()
-    raise ValueError(f"intervention.validator=rules: no rule-based roles for domain {self.source.domain!r}; use llm")
+    return pipeline.rule_roles(self.source.domain)
 
   def _permutation(self, epoch: int) -> np.ndarray:
     rng = np.random.default_rng([self.cfg.train.seed, epoch])
