@@ -44,7 +44,18 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
   p.add_argument("--out", default=None, help="run directory (default: runs/<name>-<time>)")
   p.add_argument("--no-progress", action="store_true", help="hide progress bars")
   p.add_argument("overrides", nargs="*", help="config overrides key=value")
-  return p.parse_known_args(argv)
+  return split_overrides(p, argv)
+
+
+def split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str] | None
+                    ) -> tuple[argparse.Namespace, list[str]]:
+  """Parses options, taking every ``key=value`` word as a config override wherever it stands
+  (so ``--seeds 0 1 train.iterations=3`` does not read the override as a seed)."""
+  argv = list(sys.argv[1:] if argv is None else argv)
+  overrides = [a for a in argv if "=" in a and not a.startswith("-")]
+  args, unknown = parser.parse_known_args([a for a in argv if a not in overrides])
+  args.overrides = list(args.overrides) + overrides
+  return args, unknown
 
 
 def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants: dict[str, Sequence[str]],

@@ -250,6 +250,7 @@ def load_config(name_or_path: str | None = None, overrides: Sequence[str] = ()) 
   for item in overrides:
     if "=" not in item:
       raise ConfigError(f"override {item!r}: expected key=value")
+  overrides = [_quote_yaml_words(item) for item in overrides]
   try:
     merged = OmegaConf.merge(*layers, OmegaConf.from_dotlist(list(overrides)))
     cfg = OmegaConf.to_object(merged)
@@ -258,6 +259,31 @@ def load_config(name_or_path: str | None = None, overrides: Sequence[str] = ()) 
     raise ConfigError(f"{key}: {str(e).splitlines()[0]}") from None
   assert isinstance(cfg, ExperimentConfig)
   return validate(cfg)
+
+
+_YAML_BOOL_WORDS = {"on", "off", "yes", "no", "y", "n", "true", "false"}
+
+
+def _field_type(dotted: str) -> Any:
+  """The annotated type of a dotted key of ``ExperimentConfig`` (None if unknown)."""
+  cls: Any = ExperimentConfig
+  typ: Any = None
+  for part in dotted.split("."):
+    fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    if part not in fields:
+      return None
+    typ = fields[part].type
+    typ = eval(typ, globals()) if isinstance(typ, str) else typ  # noqa: S307 (our own annotations)
+    cls = typ
+  return typ
+
+
+def _quote_yaml_words(item: str) -> str:
+  """``intervention.verifier=off`` stays the string "off": YAML would read off/on/yes/no as booleans."""
+  key, _, value = item.partition("=")
+  if value.strip().lower() in _YAML_BOOL_WORDS and _field_type(key.strip()) in (str, Optional[str]):
+    return f"{key}='{value.strip()}'"
+  return item
 
 
 def to_dict(cfg: ExperimentConfig) -> dict[str, Any]:

@@ -54,3 +54,8 @@ def test_every_shipped_yaml_loads():
   for path in CONFIG_DIR.glob("*.yaml"):
     cfg = load_config(str(path), ["policy.path=/p"])
     assert "policy:" in to_yaml(cfg)
+
+
+def test_yaml_boolean_words_stay_strings_for_string_fields():
+  cfg = load_config("navigation_qwen3_8b", ["policy.path=/p", "intervention.verifier=off", "intervention.reweight=off"])
+  assert cfg.intervention.verifier == "off" and cfg.intervention.reweight is False
