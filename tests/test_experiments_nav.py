@@ -16,8 +16,6 @@ import sys
 
 import numpy as np
 import pytest
-import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "experiments"))
 import delta_sweep  # noqa: E402  (experiments/delta_sweep.py)
@@ -26,21 +24,13 @@ import navigation_baselines  # noqa: E402
 from models.chat import build_tiny_tokenizer  # noqa: E402
 from rti_jax.config import load_config  # noqa: E402
 from rti_jax.envs import navigation  # noqa: E402
-from rti_jax.envs.base import Environment, StepResult, Transcript  # noqa: E402
 from rti_jax.intervention.judges import Correction, ValidatorJudgement, VerifierJudgement  # noqa: E402
 from rti_jax.intervention.pipeline import InterventionRoles  # noqa: E402
 from rti_jax.trainer import TaskSource, Trainer  # noqa: E402
-
-WORDS = ["go", "left", "right", "up", "down", "stop", "north", "south", "east", "west"]
-
+from trainer_fixtures import WORDS, LengthRewardEnv, write_random_qwen  # noqa: E402
 
 def _random_qwen(path, vocab_size: int, seed: int, hidden: int = 32, layers: int = 1) -> str:
-  torch.manual_seed(seed)
-  cfg = Qwen3Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                    num_attention_heads=2, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True,
-                    max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 1e4})
-  Qwen3ForCausalLM(cfg).save_pretrained(str(path))
-  return str(path)
+  return write_random_qwen(path, vocab_size, seed, hidden=hidden, layers=layers)
 
 
 # --- delta = 0 equals GRPO -------------------------------------------------------------------
@@ -64,28 +54,10 @@ def shared_compilation_cache(tmp_path_factory):
   compilation_cache.reset_cache()
 
 
-class Mod4Env(Environment):
+class Mod4Env(LengthRewardEnv):
   """One turn; reward 1 iff the reply's length is a multiple of 4 (so about a third of G=4 groups all fail)."""
 
-  max_turns = 1
-
-  def reset(self, task):
-    self._t = Transcript(task_id=str(task))
-    self._t.messages = [{"role": "system", "content": "you move"}, {"role": "user", "content": f"task {task}"}]
-    return list(self._t.messages)
-
-  def step(self, assistant_text):
-    reward = float(len(assistant_text) % 4 == 0)
-    self._t.num_turns += 1
-    self._t.reward, self._t.done = reward, True
-    return StepResult(messages=[], done=True, reward=reward)
-
-  @property
-  def transcript(self):
-    return self._t
-
-  def tool_schemas(self):
-    return []
+  modulus = 4
 
 
 class FlagEverything:

@@ -11,52 +11,25 @@ import math
 
 import numpy as np
 import pytest
-import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen3ForCausalLM
 
 from models.chat import build_tiny_tokenizer
 from rti_jax import reporting
 from rti_jax.config import load_config
-from rti_jax.envs.base import Environment, StepResult, Transcript
 from rti_jax.trainer import TIMING_KEYS, Trainer, TaskSource, bucket_length, resolve_mesh_shape
+from trainer_fixtures import WORDS, LengthRewardEnv, write_random_qwen
 
-WORDS = ["go", "left", "right", "up", "down", "stop", "north", "south", "east", "west"]
-
-
-class ParityEnv(Environment):
+class ParityEnv(LengthRewardEnv):
   """One turn; reward 1 iff the reply has an even number of characters."""
 
-  max_turns = 1
-
-  def reset(self, task):
-    self._t = Transcript(task_id=str(task))
-    self._t.messages = [{"role": "system", "content": "you move"}, {"role": "user", "content": f"task {task}"}]
-    return list(self._t.messages)
-
-  def step(self, assistant_text):
-    reward = float(len(assistant_text) % 2 == 0)
-    self._t.num_turns += 1
-    self._t.reward, self._t.done = reward, True
-    return StepResult(messages=[], done=True, reward=reward)
-
-  @property
-  def transcript(self):
-    return self._t
-
-  def tool_schemas(self):
-    return []
+  modulus = 2
 
 
 @pytest.fixture(scope="module")
 def policy_dir(tmp_path_factory):
   path = tmp_path_factory.mktemp("policy")
   tok = build_tiny_tokenizer(WORDS, path)
-  torch.manual_seed(0)
-  cfg = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                    num_attention_heads=4, num_key_value_heads=2, head_dim=8, tie_word_embeddings=True,
-                    max_position_embeddings=1024, rope_parameters={"rope_type": "default", "rope_theta": 1e4})
-  Qwen3ForCausalLM(cfg).save_pretrained(str(path))
-  return str(path)
+  return write_random_qwen(path, len(tok), seed=0, layers=2, heads=4, kv_heads=2, head_dim=8, max_positions=1024)
 
 
 def _toy_source():
@@ -108,11 +81,7 @@ def test_rti_on_navigation_triggers_intervention_for_all_fail_groups(tmp_path):
 
   path = tmp_path / "nav_policy"
   tok = build_tiny_tokenizer(navigation.vocabulary(), path)
-  torch.manual_seed(1)
-  cfg = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                    num_attention_heads=2, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True,
-                    max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 1e4})
-  Qwen3ForCausalLM(cfg).save_pretrained(str(path))
+  write_random_qwen(path, len(tok), seed=1)
   exp = load_config("navigation", [
       f"policy.path={path}", "loss.method=rti", "rollout.tasks_per_iter=2", "rollout.group_size=2",
       "rollout.max_new_tokens=8", "train.iterations=1", "env.num_train=8", "env.num_test=4", "env.max_turns=2"])
