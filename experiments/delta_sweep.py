@@ -63,18 +63,11 @@ def parse_delta(text: str) -> float:
 QUICK = [*nav_exp.QUICK, "train.eval_samples=4", "train.eval_every=1"]  # a Fig. 3 point per iteration
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
-  p = argparse.ArgumentParser(prog="run.py --exp=delta_sweep", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--config", default="navigation", help="a config name under configs/ or a YAML path")
-  p.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds")
+  p = nav_exp.common_parser("run.py --exp=delta_sweep", __doc__, "runs/<name>-delta-<time>")
   p.add_argument("--deltas", nargs="+", default=[str(d) for d in DELTAS],
-                 help="PPL-gate thresholds (numbers >= 0 or inf; key=value items after them are overrides)")
+                 help="PPL-gate thresholds (numbers >= 0 or inf)")
   p.add_argument("--no-grpo", action="store_true", help="skip the GRPO reference run")
-  p.add_argument("--quick", action="store_true", help="a small smoke profile (CI)")
-  p.add_argument("--out", default=None, help="run directory (default: runs/<name>-delta-<time>)")
-  p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-  p.add_argument("overrides", nargs="*", help="config overrides key=value")
-  return p.parse_known_args(argv)
+  return nav_exp.split_overrides(p, argv)
 
 
 def sweep_variants(deltas: Sequence[float], with_grpo: bool = True) -> dict[str, list[str]]:
@@ -168,22 +161,16 @@ def plot_fig3(results: dict[str, Any], key: str, out: pathlib.Path) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
   args, unknown = parse_args(argv)
-  # nargs="+" also swallows overrides written after the thresholds: hand them back.
-  unknown = [d for d in args.deltas if "=" in d] + list(unknown)
   try:
-    args.deltas = [parse_delta(d) for d in args.deltas if "=" not in d]
+    args.deltas = [parse_delta(d) for d in args.deltas]
   except argparse.ArgumentTypeError as e:
     print(e, file=sys.stderr)
     return 2
-  bad = [u for u in unknown if u.startswith("--")]
-  if bad:
-    print(f"unknown options: {bad}; see --help", file=sys.stderr)
+  prepared = nav_exp.prepare_run(args, unknown, QUICK, "-delta")
+  if prepared is None:
     return 2
-  overrides = (QUICK if args.quick else []) + list(args.overrides) + list(unknown)
+  overrides, out = prepared
   base = load_config(args.config, overrides)
-  name = base.name + "-delta" + ("-quick" if args.quick else "")
-  out = pathlib.Path(args.out) if args.out else reporting.make_run_dir("runs", name)
-  out.mkdir(parents=True, exist_ok=True)
   variants = sweep_variants(args.deltas, with_grpo=not args.no_grpo)
   results = nav_exp.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress)
   key = pass_key(base.train.eval_samples)

@@ -34,17 +34,37 @@ QUICK = [
 METHODS = ("grpo", "rti")
 
 
-def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
-  p = argparse.ArgumentParser(prog="run.py --exp=navigation", description=__doc__,
+def common_parser(prog: str, description: str | None, default_out: str) -> argparse.ArgumentParser:
+  """The options every Navigation experiment shares (each adds its own)."""
+  p = argparse.ArgumentParser(prog=prog, description=description,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--config", default="navigation", help="a config name under configs/ or a YAML path")
   p.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (table = mean over seeds)")
-  p.add_argument("--methods", nargs="+", default=list(METHODS), choices=["grpo", "rti"])
   p.add_argument("--quick", action="store_true", help="a small smoke profile (CI)")
-  p.add_argument("--out", default=None, help="run directory (default: runs/<name>-<time>)")
+  p.add_argument("--out", default=None, help=f"run directory (default: {default_out})")
   p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-  p.add_argument("overrides", nargs="*", help="config overrides key=value")
+  p.add_argument("overrides", nargs="*", help="config overrides key=value (anywhere on the line)")
+  return p
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
+  p = common_parser("run.py --exp=navigation", __doc__, "runs/<name>-<time>")
+  p.add_argument("--methods", nargs="+", default=list(METHODS), choices=["grpo", "rti"])
   return split_overrides(p, argv)
+
+
+def prepare_run(args: argparse.Namespace, unknown: Sequence[str], quick: Sequence[str], suffix: str = ""
+                ) -> tuple[list[str], pathlib.Path] | None:
+  """Config overrides (quick profile first) and the run directory; None (after a message) on unknown options."""
+  bad = [u for u in unknown if u.startswith("--")]
+  if bad:
+    print(f"unknown options: {bad}; see --help", file=sys.stderr)
+    return None
+  overrides = (list(quick) if args.quick else []) + list(args.overrides) + list(unknown)
+  name = load_config(args.config, overrides).name + suffix + ("-quick" if args.quick else "")
+  out = pathlib.Path(args.out) if args.out else reporting.make_run_dir("runs", name)
+  out.mkdir(parents=True, exist_ok=True)
+  return overrides, out
 
 
 def split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str] | None
@@ -197,14 +217,10 @@ def plot(results: dict[str, Any], out: pathlib.Path) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
   args, unknown = parse_args(argv)
-  bad = [u for u in unknown if u.startswith("--")]
-  if bad:
-    print(f"unknown options: {bad}; see --help", file=sys.stderr)
+  prepared = prepare_run(args, unknown, QUICK)
+  if prepared is None:
     return 2
-  overrides = (QUICK if args.quick else []) + list(args.overrides) + list(unknown)
-  name = load_config(args.config, overrides).name + ("-quick" if args.quick else "")
-  out = pathlib.Path(args.out) if args.out else reporting.make_run_dir("runs", name)
-  out.mkdir(parents=True, exist_ok=True)
+  overrides, out = prepared
   variants = {m: [f"loss.method={m}"] for m in args.methods}
   results = run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress)
   cols, rows = summary_rows(results)

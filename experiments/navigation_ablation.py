@@ -30,7 +30,6 @@ for _p in (str(HERE.parent), str(HERE)):
 
 import navigation as nav_exp  # noqa: E402
 from rti_jax import reporting  # noqa: E402
-from rti_jax.config import load_config  # noqa: E402
 
 #: label -> overrides on top of the shared base config (same policy, budget and seed).
 VARIANTS: dict[str, list[str]] = {
@@ -50,16 +49,9 @@ KS = (1, 2, 3, 4)
 QUICK = [*nav_exp.QUICK, "train.eval_samples=4"]
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
-  p = argparse.ArgumentParser(prog="run.py --exp=navigation_ablation", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--config", default="navigation", help="a config name under configs/ or a YAML path")
-  p.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (table = mean over seeds)")
+  p = nav_exp.common_parser("run.py --exp=navigation_ablation", __doc__, "runs/<name>-ablation-<time>")
   p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-  p.add_argument("--quick", action="store_true", help="a small smoke profile (CI)")
-  p.add_argument("--out", default=None, help="run directory (default: runs/<name>-ablation-<time>)")
-  p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-  p.add_argument("overrides", nargs="*", help="config overrides key=value")
-  return p.parse_known_args(argv)
+  return nav_exp.split_overrides(p, argv)
 
 
 def table3_rows(results: dict[str, Any], part: str = "all") -> tuple[list[str], list[list[Any]]]:
@@ -101,14 +93,10 @@ def plot_ablation(cols: Sequence[str], rows: Sequence[Sequence[Any]], out: pathl
 
 def main(argv: Sequence[str] | None = None) -> int:
   args, unknown = parse_args(argv)
-  bad = [u for u in unknown if u.startswith("--")]
-  if bad:
-    print(f"unknown options: {bad}; see --help", file=sys.stderr)
+  prepared = nav_exp.prepare_run(args, unknown, QUICK, "-ablation")
+  if prepared is None:
     return 2
-  overrides = (QUICK if args.quick else []) + list(args.overrides) + list(unknown)
-  name = load_config(args.config, overrides).name + "-ablation" + ("-quick" if args.quick else "")
-  out = pathlib.Path(args.out) if args.out else reporting.make_run_dir("runs", name)
-  out.mkdir(parents=True, exist_ok=True)
+  overrides, out = prepared
   variants = {v: VARIANTS[v] for v in args.variants}
   results = nav_exp.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress)
   cols, rows = table3_rows(results)

@@ -46,7 +46,6 @@ for _p in (str(ROOT), str(HERE)):
 
 import navigation as nav_exp  # noqa: E402
 from rti_jax import reporting  # noqa: E402
-from rti_jax.config import load_config  # noqa: E402
 
 DEFAULT_TEACHER = ROOT / "policies" / "navigation_teacher"
 METHODS = ("grpo", "gspo", "aepo", "opd", "luffy", "rti")
@@ -57,17 +56,10 @@ NAMES = {"base": "Base policy", "grpo": "GRPO", "gspo": "GSPO", "aepo": "AEPO", 
 QUICK = [*nav_exp.QUICK, "train.eval_samples=4"]
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
-  p = argparse.ArgumentParser(prog="run.py --exp=navigation_baselines", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--config", default="navigation", help="a config name under configs/ or a YAML path")
-  p.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (table = mean over seeds)")
+  p = nav_exp.common_parser("run.py --exp=navigation_baselines", __doc__, "runs/<name>-baselines-<time>")
   p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
   p.add_argument("--teacher", default=str(DEFAULT_TEACHER), help="OPD teacher checkpoint (shares the tokenizer)")
-  p.add_argument("--quick", action="store_true", help="a small smoke profile (CI)")
-  p.add_argument("--out", default=None, help="run directory (default: runs/<name>-baselines-<time>)")
-  p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-  p.add_argument("overrides", nargs="*", help="config overrides key=value")
-  return p.parse_known_args(argv)
+  return nav_exp.split_overrides(p, argv)
 
 
 def baseline_variants(methods: Sequence[str], teacher: str | None) -> tuple[dict[str, list[str]], dict[str, str]]:
@@ -125,14 +117,10 @@ def plot_bars(cols: Sequence[str], rows: Sequence[Sequence[Any]], out: pathlib.P
 
 def main(argv: Sequence[str] | None = None) -> int:
   args, unknown = parse_args(argv)
-  bad = [u for u in unknown if u.startswith("--")]
-  if bad:
-    print(f"unknown options: {bad}; see --help", file=sys.stderr)
+  prepared = nav_exp.prepare_run(args, unknown, QUICK, "-baselines")
+  if prepared is None:
     return 2
-  overrides = (QUICK if args.quick else []) + list(args.overrides) + list(unknown)
-  name = load_config(args.config, overrides).name + "-baselines" + ("-quick" if args.quick else "")
-  out = pathlib.Path(args.out) if args.out else reporting.make_run_dir("runs", name)
-  out.mkdir(parents=True, exist_ok=True)
+  overrides, out = prepared
   variants, skipped = baseline_variants(args.methods, args.teacher)
   for m, why in skipped.items():
     print(f"{NAMES[m]} skipped: {why}", file=sys.stderr)
