@@ -19,6 +19,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from rti_jax.reporting import to_jsonable
+
 
 @dataclasses.dataclass
 class Restored:
@@ -49,7 +51,7 @@ class TrainCheckpointer:
     item = {"state": state, "key": jax.random.key_data(key)}
     self._manager.save(
         step,
-        args=ocp.args.Composite(state=ocp.args.StandardSave(item), meta=ocp.args.JsonSave(_jsonable(meta))),
+        args=ocp.args.Composite(state=ocp.args.StandardSave(item), meta=ocp.args.JsonSave(to_jsonable(meta))),
     )
     self._manager.wait_until_finished()
 
@@ -72,16 +74,3 @@ class TrainCheckpointer:
   def close(self) -> None:
     self._manager.close()
 
-
-def _jsonable(obj: Any) -> Any:
-  if isinstance(obj, dict):
-    return {str(k): _jsonable(v) for k, v in obj.items()}
-  if isinstance(obj, (list, tuple)):
-    return [_jsonable(v) for v in obj]
-  if isinstance(obj, np.ndarray):
-    return obj.tolist()
-  if isinstance(obj, np.integer):
-    return int(obj)
-  if isinstance(obj, np.floating):
-    return float(obj)
-  return obj

@@ -55,6 +55,11 @@ def append_jsonl(path: str | pathlib.Path, record: Mapping[str, Any]) -> None:
     f.write(json.dumps(to_jsonable(record), sort_keys=True) + "\n")
 
 
+def write_jsonl(path: str | pathlib.Path, records: Iterable[Mapping[str, Any]]) -> None:
+  """Rewrites ``path`` with ``records``, one JSON object per line."""
+  pathlib.Path(path).write_text("".join(json.dumps(to_jsonable(r), sort_keys=True) + "\n" for r in records))
+
+
 def read_jsonl(path: str | pathlib.Path) -> list[dict[str, Any]]:
   return [json.loads(line) for line in pathlib.Path(path).read_text().splitlines() if line.strip()]
 

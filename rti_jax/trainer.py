@@ -24,7 +24,6 @@ entropy / OPD's teacher log-probs attached to each batch before the jitted step.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import pathlib
 import time
@@ -44,7 +43,6 @@ from rti_jax.envs.base import Environment
 from rti_jax.generation.base import GenerationBackend, SamplingParams
 from rti_jax.intervention import judges
 from rti_jax.intervention import pipeline
-from rti_jax.intervention.stats import InterventionStats
 from rti_jax.metrics import paper_summary
 from rti_jax.rollout import ChatFormatter, RolloutConfig, Trajectory, rollout_groups, turn_counts
 from rti_jax.sharding import ShardedTrainStep, TrainState, make_mesh, make_train_step
@@ -225,22 +223,11 @@ class Trainer:
 
       judge_backend = SGLangHTTPBackend(icfg.intervener_url)
     corrector = judges.PolicyCorrector(judge_backend, self.sampling, self.formatter.end_of_turn_id)
-    if icfg.validator == "llm" or icfg.verifier == "llm":
-      llm = judges.JudgeLLM(judge_backend, self.formatter)
-    if icfg.validator == "llm":
-      validator: Any = judges.LLMValidator(llm)
-    else:
-      validator = self._rule_roles()[0]
-    if icfg.verifier == "off":
-      verifier: Any = None
-    elif icfg.verifier == "llm":
-      verifier = judges.LLMVerifier(llm)
-    else:
-      verifier = self._rule_roles()[1]
+    llm = judges.JudgeLLM(judge_backend, self.formatter) if "llm" in (icfg.validator, icfg.verifier) else None
+    rules = pipeline.rule_roles(self.source.domain) if "rules" in (icfg.validator, icfg.verifier) else (None, None)
+    validator: Any = judges.LLMValidator(llm) if icfg.validator == "llm" else rules[0]
+    verifier: Any = {"off": None, "llm": judges.LLMVerifier(llm) if llm else None, "rules": rules[1]}[icfg.verifier]
     return pipeline.InterventionRoles(validator=validator, corrector=corrector, verifier=verifier)
-
-  def _rule_roles(self) -> tuple[Any, Any]:
-    return pipeline.rule_roles(self.source.domain)
 
   def _permutation(self, epoch: int) -> np.ndarray:
     rng = np.random.default_rng([self.cfg.train.seed, epoch])
@@ -475,4 +462,4 @@ def _truncate_jsonl(path: pathlib.Path, iteration: int) -> None:
   if not path.exists():
     return
   keep = [r for r in reporting.read_jsonl(path) if int(r.get("iteration", 0)) <= iteration]
-  path.write_text("".join(json.dumps(reporting.to_jsonable(r), sort_keys=True) + "\n" for r in keep))
+  reporting.write_jsonl(path, keep)
