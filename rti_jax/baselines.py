@@ -3,7 +3,9 @@ beyond an on-policy GRPO batch.
 
 * AEPO (Dong et al.): ``RTIBatch.entropy`` [B, T], the per-token entropy of the sampling
   policy (the parameters that drew the rollouts, at temperature 1, the same distribution
-  whose log-probs are ``old_logp``), read by ``objectives.aepo_advantages``.
+  whose log-probs are ``old_logp``), read by ``objectives.aepo_advantages``. Its rollout half,
+  the entropy-balanced branching rollout, is ``rti_jax.aepo_rollout``; the exact step entropy
+  it branches on is ``make_turn_entropy_fn``.
 * OPD (on-policy distillation, slime's form): ``RTIBatch.teacher_logp`` [B, T], the log-probs
   a teacher checkpoint (``baselines.teacher_path``) gives the student's own tokens, folded
   into the advantage by ``objectives.opd_advantages``.
@@ -68,6 +70,43 @@ def make_entropy_fn(graphdef: Any, rest: Any) -> Callable[[Any, jax.Array, jax.A
     return token_entropy(net(ids, mask)) * (mask != 0)
 
   return entropy_fn
+
+
+def make_turn_entropy_fn(entropy_fn: Callable[[Any, jax.Array, jax.Array], jax.Array], params: Callable[[], Any],
+                         *, pad_id: int = 0, num_tokens: int = 20,
+                         ) -> Callable[[Sequence[Sequence[int]], Sequence[Any]], np.ndarray]:
+  """AEPO's step entropy for the branching rollout (``aepo_rollout.TurnEntropyFn``), exactly.
+
+  ``(contexts, completions) -> [n]``: the mean entropy (nats, temperature 1) of the
+  distributions the first ``num_tokens`` tokens of each completion were drawn from, by one
+  forward pass of ``entropy_fn`` (``make_entropy_fn``) at ``params()`` (the sampling policy)
+  over ``context + completion``. Rows are right-padded with ``pad_id`` to a power-of-two
+  length (>= 128) so jit compiles few shapes. An empty completion gives 0.
+  """
+  if num_tokens < 1:
+    raise ValueError(f"num_tokens: expected >= 1, got {num_tokens}")
+
+  def fn(contexts: Sequence[Sequence[int]], completions: Sequence[Any]) -> np.ndarray:
+    out = np.zeros(len(completions), np.float64)
+    rows = [(list(ctx), [int(t) for t in np.asarray(c.token_ids)[:num_tokens]]) for ctx, c in zip(contexts, completions)]
+    if not rows:
+      return out
+    longest = max(len(a) + len(b) for a, b in rows)
+    length = 128
+    while length < longest:
+      length *= 2
+    ids = np.full((len(rows), length), pad_id, np.int32)
+    mask = np.zeros((len(rows), length), np.int32)
+    for i, (a, b) in enumerate(rows):
+      ids[i, :len(a) + len(b)] = a + b
+      mask[i, :len(a) + len(b)] = 1
+    ent = np.asarray(entropy_fn(params(), jnp.asarray(ids), jnp.asarray(mask)), np.float64)
+    for i, (a, b) in enumerate(rows):
+      if b:
+        out[i] = ent[i, len(a):len(a) + len(b)].mean()
+    return out
+
+  return fn
 
 
 # ---------------------------------------------------------------------------------------

@@ -99,6 +99,14 @@ class BaselinesConfig:
   luffy_when: str = "all_fail"  # all_fail (RTI paper App. C.3) | always (LUFFY paper): groups given a demo
   luffy_gamma: float = 0.1  # policy-shaping f(p) = p / (p + gamma) of off-policy tokens
   aepo_alpha: float = 0.2  # entropy-aware advantage scale
+  # AEPO's entropy-balanced branching rollout (rti_jax/aepo_rollout.py); used when loss.method=aepo
+  aepo_branching: bool = True  # false: plain rollout_groups (the update half only)
+  aepo_alloc_beta: float = 1.0  # m = clip(round(G * sigmoid(beta * (H_root - H_tool))), 1, G) global rollouts
+  aepo_branch_beta: float = 1.0  # branch prob = clip(branch_beta * dH, 0, 1) * (1 - penalty)^consecutive
+  aepo_branch_threshold: float = 0.0  # a step is a fork candidate when dH = H_t - H_root exceeds this (nats)
+  aepo_branch_penalty: float = 0.5  # consecutive branch penalty, in [0, 1]
+  aepo_entropy: str = "exact"  # step entropy: exact (policy forward pass) | surprisal (-logprob of the samples)
+  aepo_entropy_tokens: int = 20  # the step entropy averages the first this-many tokens of a turn
   gspo_clip_low: float = 3e-4  # GSPO's sequence-level clip range
   gspo_clip_high: float = 4e-4
 
@@ -224,6 +232,18 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       raise ConfigError(f"{key}: expected >= 0, got {_get(cfg, key)}")
   if not cfg.baselines.luffy_gamma > 0:
     raise ConfigError(f"baselines.luffy_gamma: expected > 0, got {cfg.baselines.luffy_gamma}")
+  b = cfg.baselines
+  if b.aepo_entropy not in ("exact", "surprisal"):
+    raise ConfigError(f"baselines.aepo_entropy: expected one of ['exact', 'surprisal'], got {b.aepo_entropy!r}")
+  for key in ("baselines.aepo_alloc_beta", "baselines.aepo_branch_beta"):
+    if not _get(cfg, key) >= 0:
+      raise ConfigError(f"{key}: expected >= 0, got {_get(cfg, key)}")
+  if not math.isfinite(b.aepo_branch_threshold):
+    raise ConfigError(f"baselines.aepo_branch_threshold: expected a finite number (nats), got {b.aepo_branch_threshold}")
+  if not 0 <= b.aepo_branch_penalty <= 1:
+    raise ConfigError(f"baselines.aepo_branch_penalty: expected in [0, 1], got {b.aepo_branch_penalty}")
+  if b.aepo_entropy_tokens < 1:
+    raise ConfigError(f"baselines.aepo_entropy_tokens: expected an integer >= 1, got {b.aepo_entropy_tokens!r}")
   if not (0 <= cfg.baselines.gspo_clip_low < 1 and cfg.baselines.gspo_clip_high >= 0):
     raise ConfigError(f"baselines.gspo_clip_low/high: expected low in [0, 1) and high >= 0, got "
                       f"{cfg.baselines.gspo_clip_low}, {cfg.baselines.gspo_clip_high}")
