@@ -81,7 +81,8 @@ def make_turn_entropy_fn(entropy_fn: Callable[[Any, jax.Array, jax.Array], jax.A
   distributions the first ``num_tokens`` tokens of each completion were drawn from, by one
   forward pass of ``entropy_fn`` (``make_entropy_fn``) at ``params()`` (the sampling policy)
   over ``context + completion``. Rows are right-padded with ``pad_id`` to a power-of-two
-  length (>= 128) so jit compiles few shapes. An empty completion gives 0.
+  length (>= 128), and the batch with empty rows to a power of two, so jit compiles few
+  shapes. An empty completion gives 0.
   """
   if num_tokens < 1:
     raise ValueError(f"num_tokens: expected >= 1, got {num_tokens}")
@@ -92,11 +93,13 @@ def make_turn_entropy_fn(entropy_fn: Callable[[Any, jax.Array, jax.Array], jax.A
     if not rows:
       return out
     longest = max(len(a) + len(b) for a, b in rows)
-    length = 128
+    length, batch = 128, 1
     while length < longest:
       length *= 2
-    ids = np.full((len(rows), length), pad_id, np.int32)
-    mask = np.zeros((len(rows), length), np.int32)
+    while batch < len(rows):
+      batch *= 2
+    ids = np.full((batch, length), pad_id, np.int32)
+    mask = np.zeros((batch, length), np.int32)
     for i, (a, b) in enumerate(rows):
       ids[i, :len(a) + len(b)] = a + b
       mask[i, :len(a) + len(b)] = 1

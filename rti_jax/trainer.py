@@ -36,7 +36,7 @@ import optax
 from flax import nnx
 from tqdm.auto import tqdm
 
-from rti_jax import baselines, objectives, reporting
+from rti_jax import aepo_rollout, baselines, objectives, reporting
 from rti_jax.checkpoint import TrainCheckpointer
 from rti_jax.config import ExperimentConfig
 from rti_jax.envs.base import Environment
@@ -203,6 +203,18 @@ class Trainer:
       teacher = baselines.load_teacher(cfg.baselines.teacher_path, self.tokenizer, self.model_config.vocab_size, dtype)
       self.teacher_logp_fn = baselines.make_teacher_logp_fn(teacher)
     self.demonstrator = baselines.demonstrator_for(self.source.domain) if method == "luffy" else None
+    bcfg = cfg.baselines
+    self.aepo_branching = None
+    if method == "aepo" and bcfg.aepo_branching:  # AEPO's entropy-balanced rollout (rti_jax/aepo_rollout.py)
+      self.aepo_branching = aepo_rollout.BranchingConfig(
+          alloc_beta=bcfg.aepo_alloc_beta, branch_beta=bcfg.aepo_branch_beta,
+          threshold=bcfg.aepo_branch_threshold, penalty=bcfg.aepo_branch_penalty,
+      )
+      self.aepo_turn_entropy = (
+          baselines.make_turn_entropy_fn(self.entropy_fn, lambda: self.state.params, pad_id=self.pad_id,
+                                         num_tokens=bcfg.aepo_entropy_tokens)
+          if bcfg.aepo_entropy == "exact" else aepo_rollout.surprisal_entropy(bcfg.aepo_entropy_tokens)
+      )
     # --- end baselines ---
     self.checkpointer = TrainCheckpointer(self.run_dir / "ckpt", max_to_keep=cfg.train.keep_checkpoints)
     self.key = jax.random.key(cfg.train.seed)
@@ -264,8 +276,18 @@ class Trainer:
     self.key, k_roll, k_int = jax.random.split(self.key, 3)
     tasks = self.next_tasks()
     src = self.source
-    groups = rollout_groups(tasks, src.env_factory, self.backend, self.formatter, self.rollout_config,
-                            task_id=src.task_id, seed=seed_from_key(k_roll))
+    # --- baselines: AEPO's entropy-balanced branching rollout is its stage 1 (rti_jax/aepo_rollout.py) ---
+    aepo_stats: dict[str, int] = {}
+    if self.aepo_branching is not None:
+      groups, branched = aepo_rollout.aepo_rollout_groups(
+          tasks, src.env_factory, self.backend, self.formatter, self.rollout_config, self.aepo_branching,
+          self.aepo_turn_entropy, task_id=src.task_id, seed=seed_from_key(k_roll),
+      )
+      aepo_stats = branched.as_dict()
+    else:
+      groups = rollout_groups(tasks, src.env_factory, self.backend, self.formatter, self.rollout_config,
+                              task_id=src.task_id, seed=seed_from_key(k_roll))
+    # --- end baselines ---
     t_roll = time.perf_counter()
     rewards_before = np.asarray([[t.reward for t in g] for g in groups], np.float32)
     groups, istats = pipeline.intervene_groups(
@@ -308,6 +330,7 @@ class Trainer:
     }
     record.update(istats.as_dict())
     record.update(luffy_stats)
+    record.update(aepo_stats)  # --- baselines: AEPO's branching counters (empty otherwise) ---
     record.update(update_metrics)
     return record
 

@@ -248,7 +248,7 @@ def test_exact_turn_entropy_reads_the_completion_positions():
            Completion(np.zeros(0, np.int32), np.zeros(0, np.float32), "length")]
   got = fn([[1, 2, 3], [4] * 200, [5]], comps)
   np.testing.assert_allclose(got, [15.0, 7.0, 0.0])
-  assert calls == [(3, 256)]
+  assert calls == [(4, 256)]  # batch and length padded to powers of two
 
 
 def test_branching_config_rejects_bad_knobs():
@@ -264,3 +264,41 @@ def test_branching_config_rejects_bad_knobs():
     with pytest.raises(ConfigError, match=key):
       load_config("navigation", [override])
   assert load_config("navigation", []).baselines.aepo_branching is True
+
+
+# --- trainer wiring ---------------------------------------------------------------------------
+
+
+def test_trainer_aepo_rolls_out_with_branching_and_counts_it(tmp_path):
+  from models.chat import build_tiny_tokenizer
+  from rti_jax.trainer import TaskSource, Trainer
+  from trainer_fixtures import WORDS, write_random_qwen
+
+  tok = build_tiny_tokenizer(WORDS, tmp_path / "policy")
+  path = write_random_qwen(tmp_path / "policy", len(tok), seed=0, max_positions=1024)
+  class TwoTurnEnv(ToolEchoEnv):
+    max_turns = 2
+
+  source = TaskSource(train=list(range(4)), test=[100], env_factory=TwoTurnEnv, task_id=str, subsets={},
+                      domain="navigation")
+
+  def cfg(*extra):
+    return load_config("navigation", [
+        f"policy.path={path}", "loss.method=aepo", "rollout.tasks_per_iter=2", "rollout.group_size=4",
+        "rollout.max_new_tokens=3", "rollout.max_context=128", "train.iterations=1", "train.eval_every=100",
+        "baselines.aepo_branch_beta=1e9", "baselines.aepo_branch_penalty=0", *extra])
+
+  trainer = Trainer(cfg(), tmp_path / "run", source=source, progress=False)
+  seen = []
+  real = trainer.backend.generate
+  trainer.backend.generate = lambda prompts, params, seed: (seen.append(len(prompts)), real(prompts, params, seed))[1]
+  rec = trainer.train()[0]
+  assert np.isfinite(rec["loss"])
+  assert rec["aepo/global_rollouts"] + rec["aepo/branches"] == 2 * 4
+  assert rec["aepo/global_rollouts"] == rec["aepo/planned_global"] + rec["aepo/fill_rollouts"]
+  assert rec["aepo/replay_mismatch"] == 0
+  assert seen[0] == 2  # the pre-monitoring probes: one per task, batched
+  # a random policy's step entropies barely differ: any dH > 0 forks (branch_beta = 1e9), budget allowing
+  assert rec["aepo/branches"] == min(rec["aepo/fork_candidates"], 8 - rec["aepo/planned_global"])
+  off = Trainer(cfg("baselines.aepo_branching=false"), tmp_path / "off", source=source, progress=False)
+  assert off.aepo_branching is None and trainer.aepo_branching.penalty == 0.0
