@@ -16,9 +16,10 @@ checkpoints to ``ckpt/`` (orbax), so a killed run resumes where it stopped.
 ``method="grpo"`` is the same loop with intervention off; RTI's ablations are the
 ``intervention`` switches of the config (Verifier off, gate off, reweighting off).
 The baselines are the same loop with another registered loss (``loss.method`` gspo | aepo |
-opd | luffy) plus what ``rti_jax/baselines.py`` adds at three clearly marked points: LUFFY's
-oracle demonstrations mixed into all-fail groups after stage 2, and AEPO's sampling-policy
-entropy / OPD's teacher log-probs attached to each batch before the jitted step.
+opd | luffy) plus what ``rti_jax/baselines.py`` and ``rti_jax/aepo_rollout.py`` add at clearly marked
+points: AEPO's entropy-balanced branching rollout in place of stage 1, LUFFY's oracle
+demonstrations mixed into all-fail groups after stage 2, and AEPO's sampling-policy entropy /
+OPD's teacher log-probs attached to each batch before the jitted step.
 """
 
 from __future__ import annotations
