@@ -1,0 +1,264 @@
+"""Diagnostic: can a tiny Qwen3 learn to *copy* names and coordinates in Navigation episodes?
+
+The shipped tiny base policy (``policies/navigation_tiny``) has the episode format but solves
+no task: it does not copy stop names from the query nor coordinates from tool results. This
+probe trains a fresh tiny model for a fixed number of SFT steps on a variant of the SFT data
+and reports the mean next-token NLL on held-out train-split episodes (the last 40 train tasks;
+the test split is never read) by token class:
+
+* ``name``: a capitalised word token (or a whole multi-word name with ``--pattern names``),
+* ``num``: a number token inside a ``<tool_call>`` (coordinates copied into ``direction``),
+* ``numtext``: a number token in assistant text (the ``--cot`` route line),
+* ``other``: every other trained token (format, fixed sentences).
+
+A copied token costs ~0 nats once the model copies; ~log(#candidates) when it guesses.
+
+Variants (all monkeypatch module attributes *inside this process only*):
+
+* ``--pattern names``: whole names (``Jiming Hill``) and whole coordinates (``104.0145,30.5197``)
+  become single tokens; ``digits``: numbers split into single digits; ``pairs``: into <= 2 digits.
+* ``--reorder``: the direction call lists origin, waypoints, destination in route order.
+* ``--maxres 1``: searches return one candidate (``NavConfig.max_results``).
+* ``--cot``: tool lines read ``name X lon,lat; city C`` and the direction turn starts with a route
+  line ``Route: X lon,lat; Y lon,lat.`` (name-anchored copying).
+* ``--freeze --embinit s``: embeddings frozen at N(0, s^2) (tests rare-token degeneration).
+* ``--drills N``: N associative-recall drills from the map's POI list (5 ``name X lon,lat`` lines,
+  then 3 named look-ups); ``--kinds none --drills N`` trains on drills only.
+* ``--wcopy w``: loss weight w on name/number tokens.
+* ``--number-type-init s``: a shared direction of norm s added to every number token's embedding at init.
+
+Usage::
+
+    python experiments/tiny_policy_probe.py --steps 600 --pattern names --reorder
+
+Findings are in docs/tiny_policy.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+PATTERNS = {
+  "default": None,
+  "names": r"[A-Z][a-z]+(?: [A-Z][a-z]+)*|[0-9]+(?:\.[0-9]+)?(?:,[0-9]+(?:\.[0-9]+)?)?|\s+|[A-Za-z]+|"
+           r"[^\sA-Za-z0-9]+(?: [^\sA-Za-z0-9]+)* ?",
+  "digits": r"[A-Z][a-z]+(?: [A-Z][a-z]+)*|[0-9]|\s+|[A-Za-z]+|[^\sA-Za-z0-9]+(?: [^\sA-Za-z0-9]+)* ?",
+  "pairs": r"[A-Z][a-z]+(?: [A-Z][a-z]+)*|[0-9]{1,2}|\s+|[A-Za-z]+|[^\sA-Za-z0-9]+(?: [^\sA-Za-z0-9]+)* ?",
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--steps", type=int, default=600)
+  p.add_argument("--lr", type=float, default=3e-3)
+  p.add_argument("--tokens-per-batch", type=int, default=4096)
+  p.add_argument("--hidden", type=int, default=128)
+  p.add_argument("--layers", type=int, default=3)
+  p.add_argument("--heads", type=int, default=2)
+  p.add_argument("--head-dim", type=int, default=64)
+  p.add_argument("--vocab", type=int, default=2048)
+  p.add_argument("--pattern", choices=sorted(PATTERNS), default="default")
+  p.add_argument("--system", action="store_true", help="keep the system turn (default: episodes without it)")
+  p.add_argument("--kinds", default="plain,trusting,resolve,resolve_ctx,correction", help="SFT kinds, or 'none'")
+  p.add_argument("--reorder", action="store_true")
+  p.add_argument("--maxres", type=int, default=2)
+  p.add_argument("--cot", action="store_true")
+  p.add_argument("--freeze", action="store_true")
+  p.add_argument("--embinit", type=float, default=0.02)
+  p.add_argument("--drills", type=int, default=0)
+  p.add_argument("--drill-lines", type=int, default=5, help="POI lines per drill (look-ups: min(3, lines))")
+  p.add_argument("--wcopy", type=float, default=1.0)
+  p.add_argument("--number-type-init", type=float, default=0.0,
+                 help="add this times one shared random unit direction to every number token's embedding at init")
+  p.add_argument("--worlds", type=int, default=0, help="extra practice worlds (other seeds) in the SFT data")
+  p.add_argument("--out", default=os.path.join(ROOT, "runs", "tiny_policy_probe"))
+  return p.parse_args(argv)
+
+
+def patch_variants(args: argparse.Namespace) -> None:
+  """Applies the data-format variants by replacing module attributes in this process."""
+  import rti_jax.envs.navigation.agents as agents
+  import rti_jax.envs.navigation.tools as tools
+  import rti_jax.policy.tokenizer as tokenizer
+  from rti_jax.envs.tool_calls import ToolCall
+  from rti_jax.policy import sft_data
+
+  if PATTERNS[args.pattern] is not None:
+    tokenizer.PRE_TOKENIZER_PATTERN = PATTERNS[args.pattern]
+  if not (args.reorder or args.cot):
+    return
+  stash: dict[str, str] = {}
+
+  def direction_call(task: Any, chosen: dict[str, Any]) -> ToolCall:
+    locs = [chosen[s.name].location for s in task.stops]
+    if args.cot:
+      stash["route"] = "Route: " + "; ".join(f"{s.name} {chosen[s.name].location}" for s in task.stops) + "."
+    call: dict[str, Any] = {"origin": locs[0]}
+    if len(locs) > 2:
+      call["waypoints"] = locs[1:-1]
+    call["destination"] = locs[-1]
+    call["mode"] = task.mode
+    return ToolCall("direction", call)
+
+  agents._direction_call = direction_call
+  sft_data._direction_call = direction_call
+  if args.cot:
+    def format_poi(index: int, poi: Any, distance_m: float | None = None, terse: bool = False) -> str:
+      line = f"{index}. name {poi.name} {poi.location}; city {poi.city}; type {poi.type}"
+      return line + (f"; distance {int(round(distance_m))} m" if distance_m is not None else "")
+
+    tools.format_poi = format_poi
+    agents._POI_LINE = re.compile(r"^\d+\. name (?P<name>[^;]+?) (?P<loc>-?[\d.]+,-?[\d.]+); city (?P<city>[^;]+);")
+    plain_render = agents.render_turn
+
+    def render_turn(text: str, calls: list[ToolCall]) -> str:
+      if text == agents.PLAN_NOW and "route" in stash:
+        text = stash.pop("route")
+      return plain_render(text, calls)
+
+    agents.render_turn = render_turn
+    sft_data.render_turn = render_turn
+
+
+def drills(world: Any, fmt: Any, n: int, lines: int = 5, seed: int = 5) -> list[Any]:
+  """Associative-recall drills over the map's POIs (no task): ``lines`` lines, up to 3 look-ups, coordinates trained."""
+  from rti_jax.policy.sft_data import SFTExample
+
+  rng = np.random.default_rng(seed)
+  enc = lambda s: fmt.tokenizer(s)["input_ids"]  # noqa: E731
+  head, mid = enc("<|im_start|>user\n"), enc("<|im_end|>\n<|im_start|>assistant\nRoute: ")
+  pois, out = world.pois, []
+  for _ in range(n):
+    pick = rng.choice(len(pois), size=lines, replace=False)
+    ctx = "\n".join(f"{i + 1}. name {pois[j].name} {pois[j].location}; city {pois[j].city}" for i, j in enumerate(pick))
+    ids = head + enc(ctx) + mid
+    mask = [False] * len(ids)
+    for j in rng.permutation(pick)[:3]:
+      name, loc = enc(pois[j].name + " "), enc(pois[j].location + "; ")
+      ids, mask = ids + name + loc, mask + [False] * len(name) + [True] * len(loc)
+    out.append(SFTExample("drill", "plain", tuple(ids), tuple(mask)))
+  return out
+
+
+def main(argv: list[str] | None = None) -> int:
+  args = parse_args(argv)
+  patch_variants(args)
+  import jax
+  import jax.numpy as jnp
+  import optax
+  from flax import nnx
+
+  from models.qwen import Qwen
+  from rti_jax.envs import navigation as nav
+  from rti_jax.policy import sft, sft_data
+  from rti_jax.policy import tokenizer as T
+  from rti_jax.rollout import ChatFormatter
+
+  t0 = time.time()
+  bench = nav.load_benchmark("tiny", max_results=args.maxres)
+  env = nav.NavigationEnv(bench.world)
+  train, held = bench.train[:560], bench.train[560:]
+  worlds = [nav.load_benchmark("tiny", max_results=args.maxres, seed=100 + i) for i in range(args.worlds)]
+  corpus = sft_data.corpus_texts(train, env) + list(nav.vocabulary())
+  for w in worlds:
+    corpus += sft_data.corpus_texts(w.train[:50], nav.NavigationEnv(w.world))
+  tok = T.build_tokenizer(corpus, args.vocab)
+  fmt = ChatFormatter(tok)
+  kinds = set(args.kinds.split(","))
+
+  def examples(tasks: list[Any], e: Any, seed: int) -> list[Any]:
+    out = [x for x in sft_data.build_examples(tasks, e, fmt, sft_data.MixConfig(seed=seed)) if x.kind in kinds]
+    return out if args.system else [sft_data.without_system_turn(fmt, x) for x in out]
+
+  data = examples(train, env, 0)
+  for i, w in enumerate(worlds):
+    data += examples(w.train + w.test, nav.NavigationEnv(w.world), i + 1)
+  held_out = [x for x in examples(held, env, 99) if len(x.token_ids) <= 1024][:40]
+  if args.drills:
+    data += drills(bench.world, fmt, args.drills, args.drill_lines)
+  if not data:
+    raise SystemExit("no SFT data: pass --kinds or --drills")
+  pad, eos = tok.convert_tokens_to_ids(T.PAD_TOKEN), tok.convert_tokens_to_ids(T.END_OF_TURN)
+  mcfg = sft.tiny_qwen3_config(len(tok), hidden_size=args.hidden, num_layers=args.layers, num_heads=args.heads,
+                               num_kv_heads=1, head_dim=args.head_dim, intermediate_size=2 * args.hidden,
+                               pad_token_id=pad, eos_token_id=eos)
+  model = Qwen(mcfg, rngs=nnx.Rngs(0))
+  sft.sharpen_qk_norm(model, 2.0)
+  if args.embinit != 0.02:
+    emb = model.embed.embedding
+    emb.set_value(jax.random.normal(jax.random.key(1), emb.shape) * args.embinit)
+  if args.number_type_init:
+    emb = model.embed.embedding
+    vocab = tok.convert_ids_to_tokens(list(range(len(tok))))
+    rows = np.asarray([bool(re.fullmatch(r"[0-9.,]+", t)) for t in vocab] + [False] * (emb.shape[0] - len(vocab)))
+    u = np.random.default_rng(7).normal(size=emb.shape[1])
+    u = args.number_type_init * u / np.linalg.norm(u)
+    emb.set_value(emb[...] + jnp.asarray(rows[:, None] * u[None, :], emb.dtype))
+  if args.freeze:
+    def frozen_optimizer(m: Qwen, cfg: sft.SFTConfig, total: int) -> nnx.Optimizer:
+      sched = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, max(1, min(cfg.warmup_steps, total // 2)),
+                                                 max(2, total), end_value=cfg.lr * 0.05)
+      is_embed = lambda params: jax.tree_util.tree_map_with_path(  # noqa: E731
+          lambda path, _: any(getattr(k, "key", getattr(k, "name", None)) == "embed" for k in path), params)
+      tx = optax.chain(optax.clip_by_global_norm(cfg.grad_clip),
+                       optax.adamw(sched, b1=0.9, b2=0.98, weight_decay=cfg.weight_decay,
+                                   mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p)),
+                       optax.masked(optax.set_to_zero(), is_embed))
+      return nnx.Optimizer(m, tx, wrt=nnx.Param)
+
+    sft.make_optimizer = frozen_optimizer
+  if args.wcopy != 1.0:
+    vocab = tok.convert_ids_to_tokens(list(range(len(tok))))
+    heavy = {i for i, t in enumerate(vocab) if re.fullmatch(r"[0-9.,]+|[A-Z][a-zĠ]+", t)}
+    data = [dataclasses.replace(x, loss_mask=tuple((args.wcopy if t in heavy else 1.0) if m else 0.0
+                                                   for t, m in zip(x.token_ids, x.loss_mask))) for x in data]
+  base = sft.SFTConfig(tokens_per_batch=args.tokens_per_batch, lr=args.lr)
+  per_epoch = len(sft.make_batches(data, base, np.random.default_rng(0), pad, sft.common_prefix_len(data)))
+  cfg = dataclasses.replace(base, epochs=args.steps / per_epoch)
+  print(f"data: {len(data)} sequences, {per_epoch} batches/epoch; model {sft.count_params(model)} params", flush=True)
+  res = sft.train(model, data, cfg, pad, log=lambda s: print(s, flush=True), log_every=100)
+
+  sums = {k: [0.0, 0] for k in ("name", "num", "numtext", "other")}
+  for x in held_out:
+    n = len(x.token_ids)
+    ids = jnp.asarray([list(x.token_ids) + [pad] * (1024 - n)])
+    attn = jnp.asarray([[1] * n + [0] * (1024 - n)])
+    logp = jax.nn.log_softmax(model(ids, attn)[0, :n - 1].astype(jnp.float32), -1)
+    nll = -np.asarray(jnp.take_along_axis(logp, ids[0, 1:n, None], -1)[:, 0])
+    toks = tok.convert_ids_to_tokens(list(x.token_ids))
+    inside = False
+    for t in range(n - 1):
+      s = toks[t + 1]
+      inside = True if s == "<tool_call>" else False if s == "</tool_call>" else inside
+      if not x.loss_mask[t + 1]:
+        continue
+      c = ("num" if inside else "numtext") if re.fullmatch(r"[0-9.,]+", s) else (
+          "name" if re.fullmatch(r"[A-Z][a-zĠ]+", s) else "other")
+      sums[c][0] += float(nll[t])
+      sums[c][1] += 1
+  nll_by_class = {k: (v[0] / v[1] if v[1] else None) for k, v in sums.items()}
+  result = {"args": vars(args), "final_train_loss": float(np.mean(res.losses[-20:])), "held_out_nll": nll_by_class,
+            "sft_wall_s": res.wall_s, "wall_s": time.time() - t0}
+  os.makedirs(args.out, exist_ok=True)
+  with open(os.path.join(args.out, "result.json"), "w") as f:
+    json.dump(result, f, indent=1)
+  print("held-out NLL per token class: " + ", ".join(
+      f"{k} {v:.3f}" if v is not None else f"{k} -" for k, v in nll_by_class.items()))
+  print(f"final train loss {result['final_train_loss']:.4f}; wall {result['wall_s']:.0f}s; wrote {args.out}/result.json")
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())
