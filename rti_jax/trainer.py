@@ -122,12 +122,17 @@ def resolve_mesh_shape(data: int, fsdp: int, tensor: int, num_devices: int) -> t
   return tuple(sizes)  # type: ignore[return-value]
 
 
-def bucket_length(n: int, minimum: int = 128) -> int:
-  """Pads sequence lengths to a few shapes (powers of two and their 1.5x) so jit compiles rarely."""
+def bucket_length(n: int, minimum: int = 128, step: int = 128) -> int:
+  """Pads sequence lengths to a few shapes so jit compiles rarely: powers of two and their 1.5x
+  up to 512, then multiples of ``step``. (The update's cost grows faster than linearly in T at
+  the tiny policy's width: padding a 1050-token batch to 1536 instead of 1152 costs ~2x;
+  ``benchmarks/bench_update.py``.)"""
   size = minimum
-  while size < n:
+  while size < n and size < 512:
     size = size * 3 // 2 if (size & (size - 1)) == 0 else size * 4 // 3
-  return size
+  if size >= n:
+    return size
+  return -(-n // step) * step
 
 
 class Trainer:

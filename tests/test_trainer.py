@@ -98,7 +98,8 @@ def test_rti_on_navigation_triggers_intervention_for_all_fail_groups(tmp_path):
 
 
 def test_bucket_length_and_mesh_shape():
-  assert [bucket_length(n) for n in (1, 128, 129, 193, 257, 600)] == [128, 128, 192, 256, 384, 768]
+  assert [bucket_length(n) for n in (1, 128, 129, 193, 257, 500, 513, 600, 1050, 1152)] == [
+      128, 128, 192, 256, 384, 512, 640, 640, 1152, 1152]
   assert resolve_mesh_shape(-1, 1, 1, 8) == (8, 1, 1)
   assert resolve_mesh_shape(2, -1, 2, 8) == (2, 2, 2)
   with pytest.raises(ValueError, match="mesh"):
