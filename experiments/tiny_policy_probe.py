@@ -30,6 +30,10 @@ Variants (all monkeypatch module attributes *inside this process only*):
 Usage::
 
     python experiments/tiny_policy_probe.py --steps 600 --pattern names --reorder
+    # a curriculum: stage 1 saves, stage 2 starts from it
+    python experiments/tiny_policy_probe.py --kinds none --drills 20000 --drill-lines 1 --pattern names \
+        --vocab 4096 --steps 1000 --save runs/probe_stage1
+    python experiments/tiny_policy_probe.py --init runs/probe_stage1 --cot --reorder --steps 600
 
 Findings are in docs/tiny_policy.md.
 """
@@ -83,6 +87,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--number-type-init", type=float, default=0.0,
                  help="add this times one shared random unit direction to every number token's embedding at init")
   p.add_argument("--worlds", type=int, default=0, help="extra practice worlds (other seeds) in the SFT data")
+  p.add_argument("--init", default=None, help="start from this checkpoint dir (model + tokenizer; --pattern, "
+                 "--vocab and the size flags are then ignored) instead of a fresh model: stages of a curriculum")
+  p.add_argument("--save", default=None, help="save the trained model + tokenizer here (HF format)")
   p.add_argument("--out", default=os.path.join(ROOT, "runs", "tiny_policy_probe"))
   return p.parse_args(argv)
 
@@ -174,7 +181,14 @@ def main(argv: list[str] | None = None) -> int:
   corpus = sft_data.corpus_texts(train, env) + list(nav.vocabulary())
   for w in worlds:
     corpus += sft_data.corpus_texts(w.train[:50], nav.NavigationEnv(w.world))
-  tok = T.build_tokenizer(corpus, args.vocab)
+  if args.init:
+    from models.weights import from_pretrained
+    from transformers import AutoTokenizer
+
+    model, mcfg = from_pretrained(args.init)
+    tok = AutoTokenizer.from_pretrained(args.init, local_files_only=True)
+  else:
+    tok = T.build_tokenizer(corpus, args.vocab)
   fmt = ChatFormatter(tok)
   kinds = set(args.kinds.split(","))
 
@@ -191,11 +205,12 @@ def main(argv: list[str] | None = None) -> int:
   if not data:
     raise SystemExit("no SFT data: pass --kinds or --drills")
   pad, eos = tok.convert_tokens_to_ids(T.PAD_TOKEN), tok.convert_tokens_to_ids(T.END_OF_TURN)
-  mcfg = sft.tiny_qwen3_config(len(tok), hidden_size=args.hidden, num_layers=args.layers, num_heads=args.heads,
-                               num_kv_heads=1, head_dim=args.head_dim, intermediate_size=2 * args.hidden,
-                               pad_token_id=pad, eos_token_id=eos)
-  model = Qwen(mcfg, rngs=nnx.Rngs(0))
-  sft.sharpen_qk_norm(model, 2.0)
+  if not args.init:
+    mcfg = sft.tiny_qwen3_config(len(tok), hidden_size=args.hidden, num_layers=args.layers, num_heads=args.heads,
+                                 num_kv_heads=1, head_dim=args.head_dim, intermediate_size=2 * args.hidden,
+                                 pad_token_id=pad, eos_token_id=eos)
+    model = Qwen(mcfg, rngs=nnx.Rngs(0))
+    sft.sharpen_qk_norm(model, 2.0)
   if args.embinit != 0.02:
     emb = model.embed.embedding
     emb.set_value(jax.random.normal(jax.random.key(1), emb.shape) * args.embinit)
@@ -251,6 +266,11 @@ def main(argv: list[str] | None = None) -> int:
   nll_by_class = {k: (v[0] / v[1] if v[1] else None) for k, v in sums.items()}
   result = {"args": vars(args), "final_train_loss": float(np.mean(res.losses[-20:])), "held_out_nll": nll_by_class,
             "sft_wall_s": res.wall_s, "wall_s": time.time() - t0}
+  if args.save:
+    from models.weights import save_pretrained
+
+    save_pretrained(model, mcfg, args.save)
+    tok.save_pretrained(args.save)
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, "result.json"), "w") as f:
     json.dump(result, f, indent=1)
