@@ -54,8 +54,7 @@ import numpy as np
 
 from rti_jax.envs.base import Environment
 from rti_jax.generation.base import Completion, GenerationBackend
-from rti_jax.rollout import (ChatFormatter, Episode, RolloutConfig, Trajectory, generate_turns, rollout_groups,
-                             sampling_with_stops)
+from rti_jax.rollout import ChatFormatter, Episode, RolloutConfig, Trajectory, rollout_groups, run_episodes
 
 #: ``(contexts, completions) -> [n]`` float step entropy of each completion given its context.
 TurnEntropyFn = Callable[[Sequence[Sequence[int]], Sequence[Completion]], np.ndarray]
@@ -158,25 +157,20 @@ def _finite(x: float) -> float:
 
 def _drive(members: Sequence[_Member], backend: GenerationBackend, formatter: ChatFormatter, config: RolloutConfig,
            entropy_fn: TurnEntropyFn, seed: int) -> None:
-  """``rollout.run_episodes`` that also records each turn's step entropy."""
-  params = sampling_with_stops(config.sampling, formatter)
-  turn = 0
-  while True:
-    live = [m for m in members if m.episode.live]
-    if not live:
-      return
-    contexts = [m.episode.context() for m in live]
-    comps = generate_turns([m.episode for m in live], backend, params, seed + 1_000_003 * turn)
-    ents = np.asarray(entropy_fn(contexts, comps), np.float64).reshape(-1)
+  """``rollout.run_episodes`` over the members' episodes, recording each turn's step entropy."""
+  by_episode = {id(m.episode): m for m in members}
+
+  def record(live: Sequence[Episode], comps: Sequence[Completion]) -> None:
+    ents = np.asarray(entropy_fn([e.context() for e in live], comps), np.float64).reshape(-1)
     if ents.shape[0] != len(live):
       raise RuntimeError(f"entropy_fn: expected {len(live)} step entropies, got {ents.shape[0]}")
-    for m, c, h in zip(live, comps, ents):
+    for e, h in zip(live, ents):
+      m = by_episode[id(e)]
       m.turn_entropy.append(_finite(h))
       if m.root_entropy is None:
         m.root_entropy = m.turn_entropy[0]
-      m.episode.apply_turn(formatter, c.token_ids.tolist(), c.logprobs.tolist(), c.finish_reason,
-                           config.max_prompt_tokens)
-    turn += 1
+
+  run_episodes([m.episode for m in members], backend, formatter, config, seed, on_turn=record)
 
 
 def _fork(parent: _Member, turn: int, consecutive: int, parent_index: int, env_factory: Callable[[], Environment],

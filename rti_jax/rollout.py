@@ -385,8 +385,13 @@ def run_episodes(
   formatter: ChatFormatter,
   config: RolloutConfig,
   seed: int,
+  on_turn: Callable[[Sequence[Episode], Sequence[Completion]], None] | None = None,
 ) -> None:
-  """Drives ``episodes`` turn by turn until all are done (no intervention)."""
+  """Drives ``episodes`` turn by turn until all are done (no intervention).
+
+  on_turn: called with the live episodes and their completions of each turn before the
+  turns are applied (so ``episode.context()`` is still the context each was generated from).
+  """
   params = sampling_with_stops(config.sampling, formatter)
   turn = 0
   while True:
@@ -394,6 +399,8 @@ def run_episodes(
     if not live:
       return
     comps = generate_turns(live, backend, params, seed + 1_000_003 * turn)
+    if on_turn is not None:
+      on_turn(live, comps)
     for ep, c in zip(live, comps):
       ep.apply_turn(formatter, c.token_ids.tolist(), c.logprobs.tolist(), c.finish_reason, config.max_prompt_tokens)
     turn += 1
