@@ -54,6 +54,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+NUMBER_TOKEN = r"[0-9.,]+"
+NAME_TOKEN = r"[A-Z][a-zĠ]+"
 PATTERNS = {
   "default": None,
   "names": r"[A-Z][a-z]+(?: [A-Z][a-z]+)*|[0-9]+(?:\.[0-9]+)?(?:,[0-9]+(?:\.[0-9]+)?)?|\s+|[A-Za-z]+|"
@@ -217,26 +219,21 @@ def main(argv: list[str] | None = None) -> int:
   if args.number_type_init:
     emb = model.embed.embedding
     vocab = tok.convert_ids_to_tokens(list(range(len(tok))))
-    rows = np.asarray([bool(re.fullmatch(r"[0-9.,]+", t)) for t in vocab] + [False] * (emb.shape[0] - len(vocab)))
+    rows = np.asarray([bool(re.fullmatch(NUMBER_TOKEN, t)) for t in vocab] + [False] * (emb.shape[0] - len(vocab)))
     u = np.random.default_rng(7).normal(size=emb.shape[1])
     u = args.number_type_init * u / np.linalg.norm(u)
     emb.set_value(emb[...] + jnp.asarray(rows[:, None] * u[None, :], emb.dtype))
   if args.freeze:
     def frozen_optimizer(m: Qwen, cfg: sft.SFTConfig, total: int) -> nnx.Optimizer:
-      sched = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, max(1, min(cfg.warmup_steps, total // 2)),
-                                                 max(2, total), end_value=cfg.lr * 0.05)
       is_embed = lambda params: jax.tree_util.tree_map_with_path(  # noqa: E731
           lambda path, _: any(getattr(k, "key", getattr(k, "name", None)) == "embed" for k in path), params)
-      tx = optax.chain(optax.clip_by_global_norm(cfg.grad_clip),
-                       optax.adamw(sched, b1=0.9, b2=0.98, weight_decay=cfg.weight_decay,
-                                   mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p)),
-                       optax.masked(optax.set_to_zero(), is_embed))
+      tx = optax.chain(sft.make_tx(cfg, total), optax.masked(optax.set_to_zero(), is_embed))
       return nnx.Optimizer(m, tx, wrt=nnx.Param)
 
     sft.make_optimizer = frozen_optimizer
   if args.wcopy != 1.0:
     vocab = tok.convert_ids_to_tokens(list(range(len(tok))))
-    heavy = {i for i, t in enumerate(vocab) if re.fullmatch(r"[0-9.,]+|[A-Z][a-zĠ]+", t)}
+    heavy = {i for i, t in enumerate(vocab) if re.fullmatch(NUMBER_TOKEN, t) or re.fullmatch(NAME_TOKEN, t)}
     data = [dataclasses.replace(x, loss_mask=tuple((args.wcopy if t in heavy else 1.0) if m else 0.0
                                                    for t, m in zip(x.token_ids, x.loss_mask))) for x in data]
   base = sft.SFTConfig(tokens_per_batch=args.tokens_per_batch, lr=args.lr)
@@ -259,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
       inside = True if s == "<tool_call>" else False if s == "</tool_call>" else inside
       if not x.loss_mask[t + 1]:
         continue
-      c = ("num" if inside else "numtext") if re.fullmatch(r"[0-9.,]+", s) else (
-          "name" if re.fullmatch(r"[A-Z][a-zĠ]+", s) else "other")
+      c = ("num" if inside else "numtext") if re.fullmatch(NUMBER_TOKEN, s) else (
+          "name" if re.fullmatch(NAME_TOKEN, s) else "other")
       sums[c][0] += float(nll[t])
       sums[c][1] += 1
   nll_by_class = {k: (v[0] / v[1] if v[1] else None) for k, v in sums.items()}

@@ -182,13 +182,17 @@ def masked_nll(logits: jax.Array, ids: jax.Array, mask: jax.Array) -> tuple[jax.
   return jnp.sum(nll * m), jnp.sum(m)
 
 
-def make_optimizer(model: Qwen, cfg: SFTConfig, total_steps: int) -> nnx.Optimizer:
+def make_tx(cfg: SFTConfig, total_steps: int) -> optax.GradientTransformation:
+  """Global-norm clipping, then AdamW (no decay on norm scales) on warm-up + cosine decay."""
   sched = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, max(1, min(cfg.warmup_steps, total_steps // 2)),
                                              max(2, total_steps), end_value=cfg.lr * 0.05)
   decay_mask = lambda params: jax.tree.map(lambda x: x.ndim >= 2, params)  # no decay on norm scales  # noqa: E731
-  tx = optax.chain(optax.clip_by_global_norm(cfg.grad_clip),
-                   optax.adamw(sched, b1=0.9, b2=0.98, weight_decay=cfg.weight_decay, mask=decay_mask))
-  return nnx.Optimizer(model, tx, wrt=nnx.Param)
+  return optax.chain(optax.clip_by_global_norm(cfg.grad_clip),
+                     optax.adamw(sched, b1=0.9, b2=0.98, weight_decay=cfg.weight_decay, mask=decay_mask))
+
+
+def make_optimizer(model: Qwen, cfg: SFTConfig, total_steps: int) -> nnx.Optimizer:
+  return nnx.Optimizer(model, make_tx(cfg, total_steps), wrt=nnx.Param)
 
 
 @nnx.jit
