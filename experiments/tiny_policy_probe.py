@@ -54,12 +54,19 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-NUMBER_TOKEN = r"[0-9.,]+"
+NUMBER_TOKEN = r"Ġ?[0-9.,]+"
+LOC_TOKEN = r"Ġ?[0-9]+\.[0-9]+,[0-9]+\.[0-9]+"
 NAME_TOKEN = r"[A-Z][a-zĠ]+"
 PATTERNS = {
   "default": None,
   "names": r"[A-Z][a-z]+(?: [A-Z][a-z]+)*|[0-9]+(?:\.[0-9]+)?(?:,[0-9]+(?:\.[0-9]+)?)?|\s+|[A-Za-z]+|"
            r"[^\sA-Za-z0-9]+(?: [^\sA-Za-z0-9]+)* ?",
+  # as "names", but a number takes the space before it: "X 1.2,3.4" is name, number (a 1-back copy)
+  "names1": r"[A-Z][a-z]+(?: [A-Z][a-z]+)*| ?[0-9]+(?:\.[0-9]+)?(?:,[0-9]+(?:\.[0-9]+)?)?|\s+|[A-Za-z]+|"
+            r"[^\sA-Za-z0-9]+(?: [^\sA-Za-z0-9]+)* ?",
+  # as "names", but a name takes the space after it when a number follows: "X 1.2,3.4" is name, number
+  "names2": r"[A-Z][a-z]+(?: [A-Z][a-z]+)*(?: (?=[0-9]))?|[0-9]+(?:\.[0-9]+)?(?:,[0-9]+(?:\.[0-9]+)?)?|\s+|"
+            r"[A-Za-z]+|[^\sA-Za-z0-9]+(?: [^\sA-Za-z0-9]+)* ?",
   "digits": r"[A-Z][a-z]+(?: [A-Z][a-z]+)*|[0-9]|\s+|[A-Za-z]+|[^\sA-Za-z0-9]+(?: [^\sA-Za-z0-9]+)* ?",
   "pairs": r"[A-Z][a-z]+(?: [A-Z][a-z]+)*|[0-9]{1,2}|\s+|[A-Za-z]+|[^\sA-Za-z0-9]+(?: [^\sA-Za-z0-9]+)* ?",
 }
@@ -85,6 +92,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--embinit", type=float, default=0.02)
   p.add_argument("--drills", type=int, default=0)
   p.add_argument("--drill-lines", type=int, default=5, help="POI lines per drill (look-ups: min(3, lines))")
+  p.add_argument("--final-norm", type=float, default=1.0,
+                 help="init the final RMSNorm weight to this (a larger logit scale for the tied embeddings)")
+  p.add_argument("--labelled", action="store_true", help="direction stops as 'Name lon,lat' strings")
+  p.add_argument("--log-every", type=int, default=100)
+  p.add_argument("--kv-heads", type=int, default=1)
   p.add_argument("--wcopy", type=float, default=1.0)
   p.add_argument("--number-type-init", type=float, default=0.0,
                  help="add this times one shared random unit direction to every number token's embedding at init")
@@ -106,12 +118,14 @@ def patch_variants(args: argparse.Namespace) -> None:
 
   if PATTERNS[args.pattern] is not None:
     tokenizer.PRE_TOKENIZER_PATTERN = PATTERNS[args.pattern]
-  if not (args.reorder or args.cot):
+  if not (args.reorder or args.cot or args.labelled):
     return
   stash: dict[str, str] = {}
 
   def direction_call(task: Any, chosen: dict[str, Any]) -> ToolCall:
     locs = [chosen[s.name].location for s in task.stops]
+    if args.labelled:  # each stop as "Name lon,lat": the coordinate follows its place's name, as in a result line
+      locs = [f"{chosen[s.name].name} {chosen[s.name].location}" for s in task.stops]
     if args.cot:
       stash["route"] = "Route: " + "; ".join(f"{s.name} {chosen[s.name].location}" for s in task.stops) + "."
     call: dict[str, Any] = {"origin": locs[0]}
@@ -155,8 +169,10 @@ def drills(world: Any, fmt: Any, n: int, lines: int = 5, seed: int = 5) -> list[
     ids = head + enc(ctx) + mid
     mask = [False] * len(ids)
     for j in rng.permutation(pick)[:3]:
-      name, loc = enc(pois[j].name + " "), enc(pois[j].location + "; ")
-      ids, mask = ids + name + loc, mask + [False] * len(name) + [True] * len(loc)
+      # the name, then its coordinate: tokenized together as in a tool result line (with pattern names2
+      # the name token takes the space); everything after the name's first token is trained
+      pair = enc(pois[j].name + " " + pois[j].location + "; ")
+      ids, mask = ids + pair, mask + [False] + [True] * (len(pair) - 1)
     out.append(SFTExample("drill", "plain", tuple(ids), tuple(mask)))
   return out
 
@@ -181,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
   train, held = bench.train[:560], bench.train[560:]
   worlds = [nav.load_benchmark("tiny", max_results=args.maxres, seed=100 + i) for i in range(args.worlds)]
   corpus = sft_data.corpus_texts(train, env) + list(nav.vocabulary())
+  # every POI's name and coordinate (world data, no task): each coordinate is one token in every pattern
+  corpus += [f"name {p.name} {p.location};" for p in bench.world.pois] * 2
   for w in worlds:
     corpus += sft_data.corpus_texts(w.train[:50], nav.NavigationEnv(w.world))
   if args.init:
@@ -209,10 +227,12 @@ def main(argv: list[str] | None = None) -> int:
   pad, eos = tok.convert_tokens_to_ids(T.PAD_TOKEN), tok.convert_tokens_to_ids(T.END_OF_TURN)
   if not args.init:
     mcfg = sft.tiny_qwen3_config(len(tok), hidden_size=args.hidden, num_layers=args.layers, num_heads=args.heads,
-                                 num_kv_heads=1, head_dim=args.head_dim, intermediate_size=2 * args.hidden,
+                                 num_kv_heads=args.kv_heads, head_dim=args.head_dim, intermediate_size=2 * args.hidden,
                                  pad_token_id=pad, eos_token_id=eos)
     model = Qwen(mcfg, rngs=nnx.Rngs(0))
     sft.sharpen_qk_norm(model, 2.0)
+  if args.final_norm != 1.0:
+    model.norm.scale.set_value(jnp.full(model.norm.scale.shape, args.final_norm, model.norm.scale.dtype))
   if args.embinit != 0.02:
     emb = model.embed.embedding
     emb.set_value(jax.random.normal(jax.random.key(1), emb.shape) * args.embinit)
@@ -240,9 +260,10 @@ def main(argv: list[str] | None = None) -> int:
   per_epoch = len(sft.make_batches(data, base, np.random.default_rng(0), pad, sft.common_prefix_len(data)))
   cfg = dataclasses.replace(base, epochs=args.steps / per_epoch)
   print(f"data: {len(data)} sequences, {per_epoch} batches/epoch; model {sft.count_params(model)} params", flush=True)
-  res = sft.train(model, data, cfg, pad, log=lambda s: print(s, flush=True), log_every=100)
+  res = sft.train(model, data, cfg, pad, log=lambda s: print(s, flush=True), log_every=args.log_every)
 
-  sums = {k: [0.0, 0] for k in ("name", "num", "numtext", "other")}
+  sums = {k: [0.0, 0] for k in ("name", "num", "numtext", "other", "loc_route", "loc_call")}
+  hits = {"loc_route": [0, 0], "loc_call": [0, 0]}
   for x in held_out:
     n = len(x.token_ids)
     ids = jnp.asarray([list(x.token_ids) + [pad] * (1024 - n)])
@@ -260,8 +281,15 @@ def main(argv: list[str] | None = None) -> int:
           "name" if re.fullmatch(NAME_TOKEN, s) else "other")
       sums[c][0] += float(nll[t])
       sums[c][1] += 1
+      if re.fullmatch(LOC_TOKEN, s):  # a whole coordinate: its NLL and whether argmax copies it
+        c = "loc_call" if inside else "loc_route"
+        sums[c][0] += float(nll[t])
+        sums[c][1] += 1
+        hits[c][0] += int(int(jnp.argmax(logp[t])) == int(x.token_ids[t + 1]))
+        hits[c][1] += 1
   nll_by_class = {k: (v[0] / v[1] if v[1] else None) for k, v in sums.items()}
-  result = {"args": vars(args), "final_train_loss": float(np.mean(res.losses[-20:])), "held_out_nll": nll_by_class,
+  accuracy = {k: (v[0] / v[1] if v[1] else None) for k, v in hits.items()}
+  result = {"args": vars(args), "copy_accuracy": accuracy, "final_train_loss": float(np.mean(res.losses[-20:])), "held_out_nll": nll_by_class,
             "sft_wall_s": res.wall_s, "wall_s": time.time() - t0}
   if args.save:
     from models.weights import save_pretrained
@@ -273,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     json.dump(result, f, indent=1)
   print("held-out NLL per token class: " + ", ".join(
       f"{k} {v:.3f}" if v is not None else f"{k} -" for k, v in nll_by_class.items()))
+  print("argmax copies a whole coordinate: " + ", ".join(
+      f"{k} {v:.2f} of {hits[k][1]}" if v is not None else f"{k} -" for k, v in accuracy.items()))
   print(f"final train loss {result['final_train_loss']:.4f}; wall {result['wall_s']:.0f}s; wrote {args.out}/result.json")
   return 0
 

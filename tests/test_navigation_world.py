@@ -75,6 +75,14 @@ def test_haversine_matches_small_distance_reference():
     ("nan,1", 6, None),
     (None, 6, None),
     (121.56, 6, None),
+    # a stop labelled with its place's name: the label is ignored, the coordinates must still be exact
+    ("Shimen Hill 121.56,25.04", 4, "121.5600,25.0400"),
+    ("Yixing Temple (Taipei) 121.56, 25.04", 2, "121.56,25.04"),
+    ("Shimen Hill 121.56001,25.04", 4, None),
+    ("Shimen Hill, 121.56,25.04", 4, None),  # a comma in the label: not a stop
+    ("Hill121.56,25.04", 4, None),  # no space between label and coordinates
+    ("7 121.56,25.04", 4, None),  # a label needs a letter
+    ("Shimen Hill", 4, None),
 ])
 def test_normalize_location(text, decimals, expected):
   assert normalize_location(text, decimals) == expected

@@ -128,10 +128,22 @@ def format_location(lon: float, lat: float, decimals: int) -> str:
   return f"{lon:.{decimals}f},{lat:.{decimals}f}"
 
 
+# "Name Words lon,lat": a stop labelled with its place's name (the label must hold a letter)
+_LABELLED = re.compile(r"^\s*[^,]*?[A-Za-z][^,]*?\s+(?P<coords>[-+0-9.]+\s*,\s*[-+0-9.]+)\s*$")
+
+
 def parse_location(text: object) -> tuple[Decimal, Decimal] | None:
-  """Parses "lon,lat" into exact decimals; None if malformed or out of range."""
+  """Parses "lon,lat" into exact decimals; None if malformed or out of range.
+
+  A stop may carry its place's name before the coordinates, "Shimen Hill 109.0145,34.4338":
+  the label is ignored (routing and scoring use the coordinates only). It lets a policy write
+  each coordinate right after the name it belongs to, as tool results show them.
+  """
   if not isinstance(text, str):
     return None
+  labelled = _LABELLED.match(text)
+  if labelled:
+    text = labelled.group("coords")
   parts = text.strip().split(",")
   if len(parts) != 2:
     return None
