@@ -40,6 +40,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--heads", type=int, default=2)
   p.add_argument("--head-dim", type=int, default=64)
   p.add_argument("--qk-norm-init", type=float, default=2.0, help="initial q/k RMSNorm weight")
+  p.add_argument("--embed-std", type=float, default=1.0,
+                 help="init std of the tied embeddings (0.02 is the usual; see sft.scale_embeddings)")
+  p.add_argument("--final-norm-init", type=float, default=0.03, help="initial final RMSNorm weight")
+  p.add_argument("--vocab", type=int, default=4096, help="tokenizer size")
+  p.add_argument("--pattern", choices=("names", "words"), default="names",
+                 help="pre-tokenizer: whole names and coordinates (tokenizer.NAME_PATTERN) or words and numbers")
   p.add_argument("--lr", type=float, default=3e-3)
   p.add_argument("--copy-examples", type=int, default=None, help="synthetic copy sequences of stage 0 (default 0; 8000 installs copy heads on "
                  "the toy task but they did not carry over to Navigation in a trial)")
@@ -110,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
   from rti_jax.generation.jax_backend import JaxBackend
   from rti_jax.policy import evaluate as ev
   from rti_jax.policy import sft, sft_data
-  from rti_jax.policy.tokenizer import END_OF_TURN, PAD_TOKEN, build_tokenizer
+  from rti_jax.policy.tokenizer import END_OF_TURN, NAME_PATTERN, PAD_TOKEN, PRE_TOKENIZER_PATTERN, build_tokenizer
   from rti_jax.rollout import ChatFormatter
 
   t_start = time.time()
@@ -121,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
   train_tasks = bench.train[:16] if args.quick else bench.train
 
   # Tokenizer: trained on train-split transcripts plus every benchmark token.
-  tok = build_tokenizer(sft_data.corpus_texts(train_tasks, env) + list(nav.vocabulary()), 2048)
+  tok = build_tokenizer(sft_data.corpus_texts(train_tasks, env) + list(nav.vocabulary()), args.vocab,
+                        pattern=NAME_PATTERN if args.pattern == "names" else PRE_TOKENIZER_PATTERN)
   fmt = ChatFormatter(tok)
   mix = sft_data.MixConfig(resolve_share=args.resolve_share, seed=args.seed)
   examples = sft_data.build_examples(train_tasks, env, fmt, mix)
@@ -134,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                                intermediate_size=2 * args.hidden, pad_token_id=pad_id, eos_token_id=eos_id)
   model = Qwen(mcfg, rngs=nnx.Rngs(args.seed))
   sft.sharpen_qk_norm(model, args.qk_norm_init)
+  sft.scale_embeddings(model, args.embed_std, args.final_norm_init, seed=args.seed + 1)
   n_params = sft.count_params(model)
   log(f"model: qwen3 hidden {mcfg.hidden_size}, {mcfg.num_layers} layers, vocab {mcfg.vocab_size}, {n_params} params")
   if args.copy_examples > 0:

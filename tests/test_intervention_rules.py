@@ -50,6 +50,9 @@ V, R = NavigationRuleValidator(), NavigationRuleVerifier()
 def test_coordinates_and_routes():
   assert coord_key("121.50,25.0") == coord_key(" 121.5 , 25.000 ") is not None
   assert coord_key("Dajin Park") is None
+  # a stop labelled with its place's name (what the scripted agents and the tiny policy write)
+  assert coord_key("Dajin Park 121.50,25.0") == coord_key("121.5,25.000")
+  assert coord_key("Dajin Park, 121.5,25.0") is None
   ev = nav_evidence({"groundtruth": {"name": "direction", "arguments": {"origin": A, "waypoints": [B], "destination": C_TP}},
                      "order": 2, "ref": [{"name": "x"}, {"name": "y"}, {"name": "z"}]})
   assert ev.stops == tuple(coord_key(s) for s in (A, B, C_TP)) and ev.order_level == 2 and ev.names == ("x", "y", "z")

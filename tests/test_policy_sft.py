@@ -187,3 +187,20 @@ def test_copy_task_examples_repeat_their_first_half():
     assert e.token_ids[:5] == e.token_ids[5:] and set(e.token_ids) <= {5, 6, 7, 8}
     assert e.loss_mask == (False,) * 5 + (True,) * 5
   assert sft.copy_task_examples([5, 6, 7, 8], 3, length=5, seed=1) == ex
+
+
+def test_scale_embeddings_sets_embedding_std_and_final_norm():
+  from models.config import QwenConfig  # noqa: F401  (the config type tiny_qwen3_config returns)
+
+  cfg = sft.tiny_qwen3_config(512, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
+                              intermediate_size=64, pad_token_id=0, eos_token_id=1)
+  model = Qwen(cfg, rngs=nnx.Rngs(0))
+  assert float(jnp.std(model.embed.embedding[...])) < 0.05
+  sft.scale_embeddings(model, 1.0, 0.03, seed=3)
+  emb = np.asarray(model.embed.embedding[...])
+  assert abs(emb.std() - 1.0) < 0.02 and abs(emb.mean()) < 0.02
+  np.testing.assert_allclose(np.asarray(model.norm.scale[...]), 0.03)
+  # the initial logits stay as small as with the usual init: |norm(h)| ~ sqrt(d) * 0.03, |E| ~ sqrt(d)
+  ids = jnp.asarray([[5, 6, 7, 8]])
+  logits = np.asarray(model(ids, jnp.ones_like(ids)))
+  assert np.abs(logits).std() < 1.0  # with the final norm left at 1 it would be ~sqrt(d) = 5.7

@@ -14,7 +14,7 @@ from rti_jax.envs.tool_calls import parse_assistant_turn
 from rti_jax.intervention.judges import feedback_message
 from rti_jax.intervention.rules_navigation import NavigationRuleValidator
 from rti_jax.policy import sft_data
-from rti_jax.policy.tokenizer import CHAT_TEMPLATE, MARKUP_TOKENS, SPECIAL_TOKENS, build_tokenizer
+from rti_jax.policy.tokenizer import CHAT_TEMPLATE, MARKUP_TOKENS, NAME_PATTERN, SPECIAL_TOKENS, build_tokenizer
 from rti_jax.rollout import ChatFormatter
 
 
@@ -151,3 +151,23 @@ def test_template_is_the_one_saved(tok, tmp_path):
   assert again.chat_template == CHAT_TEMPLATE
   s = "I will search for each place first.\n<tool_call>\n{}\n</tool_call>"
   assert again.encode(s, add_special_tokens=False) == tok.encode(s, add_special_tokens=False)
+
+
+def test_name_pattern_puts_each_coordinate_right_after_its_name(bench):
+  # NAME_PATTERN: a whole name is one token, and so is a whole coordinate; in a labelled direction
+  # stop the name token takes the space, so the coordinate is the very next token (a 1-back copy),
+  # and the coordinate token is the same in the stop, a result line and a bare JSON value.
+  env = nav.NavigationEnv(bench.world)
+  tok = build_tokenizer(sft_data.corpus_texts(bench.train[:60], env) + list(nav.vocabulary()), 4096,
+                        pattern=NAME_PATTERN)
+  enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
+  for p in bench.world.pois[:40]:
+    assert len(enc(p.location)) == 1, p.location
+    stop = enc(f"{p.name} {p.location}")
+    assert len(stop) == 2 and stop[1] == enc(p.location)[0], (p.name, tok.convert_ids_to_tokens(stop))
+    call = enc('{"origin": "' + p.location + '"}')
+    assert enc(p.location)[0] in call
+  # a name followed by anything but a number keeps its own token, without the space
+  assert tok.convert_ids_to_tokens(enc("Shimen Hill, Xiling Zoo"))[0] == "ShimenĠHill"
+  text = "Can you plan a route covering Shimen Hill, Xiling Zoo and Luojia Hill?"
+  assert tok.decode(enc(text)) == text

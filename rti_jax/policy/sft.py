@@ -43,6 +43,21 @@ def tiny_qwen3_config(vocab_size: int, *, hidden_size: int = 128, num_layers: in
     hf_extra=(("bos_token_id", None), ("eos_token_id", int(eos_token_id)), ("pad_token_id", int(pad_token_id))))
 
 
+def scale_embeddings(model: Qwen, embed_std: float, final_norm: float, seed: int = 1) -> None:
+  """Re-initialises the (tied) token embeddings with standard deviation ``embed_std`` and sets the
+  final RMSNorm weight to ``final_norm`` (init only).
+
+  With the default 0.02 a rare token (one place's name or coordinate) is a small vector that the
+  residual stream drowns, and copying it out of the context is learned only after a long plateau.
+  Large embeddings (``embed_std`` ~1) keep every token distinct from the first step; a small final
+  norm weight keeps the initial logits (``norm(h) . E``, tied) as small as before. Measured on a
+  recall drill: loss 0.12 after 400 steps instead of ~2.5 (docs/tiny_policy.md).
+  """
+  emb = model.embed.embedding
+  emb.set_value(jax.random.normal(jax.random.key(seed), emb.shape, emb.dtype) * embed_std)
+  model.norm.scale.set_value(jnp.full(model.norm.scale.shape, final_norm, model.norm.scale.dtype))
+
+
 def sharpen_qk_norm(model: Qwen, scale: float) -> None:
   """Sets every q/k RMSNorm weight to ``scale`` (init only; Qwen3 initialises them to 1).
 

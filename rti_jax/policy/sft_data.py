@@ -214,9 +214,10 @@ def _perturbed_direction(draft: str, rng: np.random.Generator) -> str | None:
     pos = [p for p, ch in enumerate(s) if ch.isdigit()]
     p = pos[-1 - int(rng.integers(min(3, len(pos))))]
     stops[k] = s[:p] + str((int(s[p]) + 1 + int(rng.integers(8))) % 10) + s[p + 1:]
-  new = {"origin": stops[0], "destination": stops[-1]}
+  new = {"origin": stops[0]}  # route order, as agents._direction_call writes it
   if len(stops) > 2:
     new["waypoints"] = stops[1:-1]
+  new["destination"] = stops[-1]
   if "mode" in args:
     new["mode"] = args["mode"]
   text = parse_assistant_turn(draft).content.strip()
@@ -273,11 +274,13 @@ def build_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: Chat
 def corpus_texts(tasks: Sequence[NavTask], env: NavigationEnv) -> list[str]:
   """Texts the tokenizer is trained on: message contents of oracle and trusting episodes of
   ``tasks``, plus each POI line of the world's database six times (the map every split shares; no
-  task), so every POI coordinate becomes a single number token."""
+  task) and each POI as a labelled direction stop (``Name lon,lat``), so every POI coordinate becomes a
+  single number token (and, with ``tokenizer.NAME_PATTERN``, every name one token)."""
   from rti_jax.envs.navigation.tools import format_poi
 
   cfg = env.world.config
   texts: list[str] = [format_poi(1, p, None, terse=cfg.terse) for p in env.world.pois] * 6
+  texts += [f"{p.name} {p.location}" for p in env.world.pois] * 6  # a labelled direction stop
   for task in tasks:
     for agent in (OracleAgent(task), TrustingAgent(task)):
       texts += [m["content"] for m in play(env, agent, task)]

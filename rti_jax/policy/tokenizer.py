@@ -34,6 +34,12 @@ SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|im_start|>", "<|im_end|>"
 MARKUP_TOKENS: tuple[str, ...] = (
   "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
 PRE_TOKENIZER_PATTERN = r"\s+|[A-Za-z]+|[0-9]+(?:\.[0-9]+)?|[^\sA-Za-z0-9]+(?: [^\sA-Za-z0-9]+)* ?"
+# Whole place names and whole coordinates: a capitalised name (``Shimen Hill``) is one pre-token, and
+# takes the space after it when a number follows (``Shimen Hill 109.0145,34.4338`` is name, coordinate:
+# the coordinate directly follows its name, so copying it is a one-token look-back); a
+# ``lon,lat`` pair is one pre-token. Measured in docs/tiny_policy.md.
+NAME_PATTERN = (r"[A-Z][a-z]+(?: [A-Z][a-z]+)*(?: (?=[0-9]))?|[0-9]+(?:\.[0-9]+)?(?:,[0-9]+(?:\.[0-9]+)?)?|\s+|"
+                r"[A-Za-z]+|[^\sA-Za-z0-9]+(?: [^\sA-Za-z0-9]+)* ?")
 END_OF_TURN = "<|im_end|>"
 PAD_TOKEN = "<|endoftext|>"
 
@@ -87,12 +93,14 @@ CHAT_TEMPLATE = r"""
 
 
 def build_tokenizer(corpus: Iterable[str], vocab_size: int = 2048, path: str | os.PathLike | None = None,
-                    ) -> PreTrainedTokenizerFast:
+                    pattern: str | None = None) -> PreTrainedTokenizerFast:
   """Trains the byte-level BPE on ``corpus`` (deterministic for a given corpus order).
 
   vocab_size: the total size including the 256 byte symbols and the 9 special/markup
     tokens (at least 512). path: if given, the tokenizer (``tokenizer.json``,
-    ``tokenizer_config.json`` with ``CHAT_TEMPLATE``) is saved there.
+    ``tokenizer_config.json`` with ``CHAT_TEMPLATE``) is saved there. pattern: the
+    pre-tokenizer regex (default ``PRE_TOKENIZER_PATTERN``; ``NAME_PATTERN`` for whole names and
+    coordinates).
   """
   from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -100,7 +108,7 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int = 2048, path: str | o
     raise ValueError(f"vocab_size: expected >= 512 (256 byte symbols + merges), got {vocab_size}")
   tok = Tokenizer(models.BPE())
   tok.pre_tokenizer = pre_tokenizers.Sequence([
-    pre_tokenizers.Split(Regex(PRE_TOKENIZER_PATTERN), behavior="isolated"),
+    pre_tokenizers.Split(Regex(pattern or PRE_TOKENIZER_PATTERN), behavior="isolated"),
     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
   ])
   tok.decoder = decoders.ByteLevel()

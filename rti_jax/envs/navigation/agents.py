@@ -88,10 +88,17 @@ def _final_answer(messages: list[dict[str, Any]]) -> str:
 
 
 def _direction_call(task: NavTask, chosen: dict[str, Candidate]) -> ToolCall:
-  locs = [chosen[s.name].location for s in task.stops]
-  args: dict[str, Any] = {"origin": locs[0], "destination": locs[-1]}
-  if len(locs) > 2:
-    args["waypoints"] = locs[1:-1]
+  """The route in the user's order, each stop written ``"Name lon,lat"`` (the tool ignores the label).
+
+  The label puts every coordinate right after the name it belongs to, as in the tool result it
+  is copied from; the tiny policy learns to copy coordinates only in that layout
+  (docs/tiny_policy.md).
+  """
+  stops = [f"{chosen[s.name].name} {chosen[s.name].location}" for s in task.stops]
+  args: dict[str, Any] = {"origin": stops[0]}
+  if len(stops) > 2:
+    args["waypoints"] = stops[1:-1]
+  args["destination"] = stops[-1]
   args["mode"] = task.mode
   return ToolCall("direction", args)
 

@@ -129,7 +129,7 @@ def format_location(lon: float, lat: float, decimals: int) -> str:
 
 
 # "Name Words lon,lat": a stop labelled with its place's name (the label must hold a letter)
-_LABELLED = re.compile(r"^\s*[^,]*?[A-Za-z][^,]*?\s+(?P<coords>[-+0-9.]+\s*,\s*[-+0-9.]+)\s*$")
+LABELLED_STOP = re.compile(r"^\s*[^,]*?[A-Za-z][^,]*?\s+(?P<coords>[-+0-9.]+\s*,\s*[-+0-9.]+)\s*$")
 
 
 def parse_location(text: object) -> tuple[Decimal, Decimal] | None:
@@ -141,7 +141,7 @@ def parse_location(text: object) -> tuple[Decimal, Decimal] | None:
   """
   if not isinstance(text, str):
     return None
-  labelled = _LABELLED.match(text)
+  labelled = LABELLED_STOP.match(text)
   if labelled:
     text = labelled.group("coords")
   parts = text.strip().split(",")
