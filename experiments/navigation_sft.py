@@ -201,6 +201,10 @@ def main(argv: list[str] | None = None) -> int:
   return 0
 
 
+PATTERN_NOTES = {"names": "whole names and coordinates, a name takes the space before a number (NAME_PATTERN)",
+                 "words": "words and numbers (PRE_TOKENIZER_PATTERN)"}
+
+
 def write_card(args: argparse.Namespace, metrics: dict[str, Any], path: str) -> None:
   """A short model card next to the checkpoint: how it was built and what it does."""
   lines = [
@@ -215,6 +219,9 @@ def write_card(args: argparse.Namespace, metrics: dict[str, Any], path: str) -> 
     f"Params: {metrics['params']}; tokenizer: {metrics['tokenizer_size']} tokens; "
     f"SFT: {metrics['sft']['steps']} steps, {metrics['sft']['wall_s']:.0f} s on the build machine's CPU.",
     f"SFT mix: {json.dumps(metrics['data']['kinds'])}.",
+    f"Pre-tokenizer: {PATTERN_NOTES[args.pattern]}; "
+    f"init: embeddings std {args.embed_std}, final norm {args.final_norm_init}, q/k norm {args.qk_norm_init} "
+    "(why: docs/tiny_policy.md).",
   ]
   if "eval" in metrics:
     lines += ["", "Measured behaviour (real sampler; see the run's metrics.json):", "", "```",

@@ -37,6 +37,7 @@ from rti_jax import objectives
 from rti_jax.envs.base import Environment
 from rti_jax.generation.base import GenerationBackend
 from rti_jax.rollout import ChatFormatter, Episode, Trajectory
+from rti_jax.shapes import bucket_length
 
 LUFFY_WHEN = ("all_fail", "always")
 
@@ -80,9 +81,9 @@ def make_turn_entropy_fn(entropy_fn: Callable[[Any, jax.Array, jax.Array], jax.A
   ``(contexts, completions) -> [n]``: the mean entropy (nats, temperature 1) of the
   distributions the first ``num_tokens`` tokens of each completion were drawn from, by one
   forward pass of ``entropy_fn`` (``make_entropy_fn``) at ``params()`` (the sampling policy)
-  over ``context + completion``. Rows are right-padded with ``pad_id`` to a power-of-two
-  length (>= 128), and the batch with empty rows to a power of two, so jit compiles few
-  shapes. An empty completion gives 0.
+  over ``context + completion``. Rows are right-padded with ``pad_id`` to
+  ``shapes.bucket_length`` (the trainer's buckets), and the batch with empty rows to a
+  power of two, so jit compiles few shapes. An empty completion gives 0.
   """
   if num_tokens < 1:
     raise ValueError(f"num_tokens: expected >= 1, got {num_tokens}")
@@ -93,9 +94,7 @@ def make_turn_entropy_fn(entropy_fn: Callable[[Any, jax.Array, jax.Array], jax.A
     if not rows:
       return out
     longest = max(len(a) + len(b) for a, b in rows)
-    length, batch = 128, 1
-    while length < longest:
-      length *= 2
+    length, batch = bucket_length(longest), 1
     while batch < len(rows):
       batch *= 2
     ids = np.full((batch, length), pad_id, np.int32)

@@ -46,6 +46,7 @@ from rti_jax.intervention import judges
 from rti_jax.intervention import pipeline
 from rti_jax.metrics import paper_summary
 from rti_jax.rollout import ChatFormatter, RolloutConfig, Trajectory, rollout_groups, turn_counts
+from rti_jax.shapes import bucket_length
 from rti_jax.sharding import ShardedTrainStep, TrainState, make_mesh, make_train_step
 
 #: Per-iteration metric keys that depend on wall-clock time (excluded when comparing runs).
@@ -120,19 +121,6 @@ def resolve_mesh_shape(data: int, fsdp: int, tensor: int, num_devices: int) -> t
   if math.prod(sizes) != num_devices:
     raise ValueError(f"mesh: data*fsdp*tensor must equal the {num_devices} devices, got {sizes}")
   return tuple(sizes)  # type: ignore[return-value]
-
-
-def bucket_length(n: int, minimum: int = 128, step: int = 128) -> int:
-  """Pads sequence lengths to a few shapes so jit compiles rarely: powers of two and their 1.5x
-  up to 512, then multiples of ``step``. (The update's cost grows faster than linearly in T at
-  the tiny policy's width: padding a 1050-token batch to 1536 instead of 1152 costs ~2x;
-  ``benchmarks/bench_update.py``.)"""
-  size = minimum
-  while size < n and size < 512:
-    size = size * 3 // 2 if (size & (size - 1)) == 0 else size * 4 // 3
-  if size >= n:
-    return size
-  return -(-n // step) * step
 
 
 class Trainer:
