@@ -56,7 +56,8 @@ sys.path.insert(0, ROOT)
 
 NUMBER_TOKEN = r"Ġ?[0-9.,]+"
 LOC_TOKEN = r"Ġ?[0-9]+\.[0-9]+,[0-9]+\.[0-9]+"
-NAME_TOKEN = r"[A-Z][a-zĠ]+"
+PLACE_NAME_TOKEN = r"[A-Z][a-z]+(?:Ġ[A-Z][a-z]+)+Ġ?"  # a multi-word place name (one token)
+NAME_TOKEN = r"[A-Z][A-Za-zĠ]+"  # a whole (possibly multi-word) name token
 PATTERNS = {
   "default": None,
   "names": r"[A-Z][a-z]+(?: [A-Z][a-z]+)*|[0-9]+(?:\.[0-9]+)?(?:,[0-9]+(?:\.[0-9]+)?)?|\s+|[A-Za-z]+|"
@@ -96,6 +97,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                  help="init the final RMSNorm weight to this (a larger logit scale for the tied embeddings)")
   p.add_argument("--labelled", action="store_true", help="direction stops as 'Name lon,lat' strings")
   p.add_argument("--log-every", type=int, default=100)
+  p.add_argument("--name-type-init", type=float, default=0.0,
+                 help="add this times one shared random unit direction to every place-name token's embedding")
+  p.add_argument("--name-drills", type=int, default=0,
+                 help="first-turn drills: train requests with other places' names, searched in order")
   p.add_argument("--kv-heads", type=int, default=1)
   p.add_argument("--wcopy", type=float, default=1.0)
   p.add_argument("--number-type-init", type=float, default=0.0,
@@ -153,6 +158,36 @@ def patch_variants(args: argparse.Namespace) -> None:
 
     agents.render_turn = render_turn
     sft_data.render_turn = render_turn
+
+
+def name_drills(tasks: list[Any], world: Any, fmt: Any, n: int, seed: int = 6) -> list[Any]:
+  """First-turn drills: a train task's request with its stop names swapped for other places of the
+  map, and the first turn that searches each stop in order (only that turn is trained)."""
+  from rti_jax.envs.navigation.agents import SEARCH_FIRST, render_turn
+  from rti_jax.envs.tool_calls import ToolCall
+  from rti_jax.policy.sft_data import SFTExample
+
+  rng = np.random.default_rng(seed)
+  names = sorted({p.name for p in world.pois})
+  plain = [t for t in tasks if not any(s.hinted for s in t.stops)]
+  out = []
+  while len(out) < n:
+    task = plain[int(rng.integers(len(plain)))]
+    new = [str(x) for x in rng.choice(names, size=len(task.stops), replace=False)]
+    query = task.query
+    for i, s in enumerate(task.stops):  # placeholders first, so a new name equal to an old one is safe
+      query = query.replace(s.name, f"@{i}@")
+    if any(f"@{i}@" not in query for i in range(len(task.stops))):
+      continue
+    for i, name in enumerate(new):
+      query = query.replace(f"@{i}@", name)
+    turn = render_turn(SEARCH_FIRST, [ToolCall("poi_search", {"address": x}) for x in new])
+    prompt = fmt.tokenizer.apply_chat_template([{"role": "user", "content": query}], tokenize=False,
+                                               add_generation_prompt=True)
+    p_ids = fmt.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    t_ids = fmt.tokenizer(turn + "<|im_end|>", add_special_tokens=False)["input_ids"]
+    out.append(SFTExample("name_drill", "plain", tuple(p_ids + t_ids), tuple([False] * len(p_ids) + [True] * len(t_ids))))
+  return out
 
 
 def drills(world: Any, fmt: Any, n: int, lines: int = 5, seed: int = 5) -> list[Any]:
@@ -222,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
   held_out = [x for x in examples(held, env, 99) if len(x.token_ids) <= 1024][:40]
   if args.drills:
     data += drills(bench.world, fmt, args.drills, args.drill_lines)
+  if args.name_drills:
+    data += name_drills(train, bench.world, fmt, args.name_drills)
   if not data:
     raise SystemExit("no SFT data: pass --kinds or --drills")
   pad, eos = tok.convert_tokens_to_ids(T.PAD_TOKEN), tok.convert_tokens_to_ids(T.END_OF_TURN)
@@ -243,6 +280,13 @@ def main(argv: list[str] | None = None) -> int:
     u = np.random.default_rng(7).normal(size=emb.shape[1])
     u = args.number_type_init * u / np.linalg.norm(u)
     emb.set_value(emb[...] + jnp.asarray(rows[:, None] * u[None, :], emb.dtype))
+  if args.name_type_init:
+    emb = model.embed.embedding
+    vocab = tok.convert_ids_to_tokens(list(range(len(tok))))
+    rows = np.asarray([bool(re.fullmatch(PLACE_NAME_TOKEN, t)) for t in vocab] + [False] * (emb.shape[0] - len(vocab)))
+    u = np.random.default_rng(8).normal(size=emb.shape[1])
+    u = args.name_type_init * u / np.linalg.norm(u)
+    emb.set_value(emb[...] + jnp.asarray(rows[:, None] * u[None, :], emb.dtype))
   if args.freeze:
     def frozen_optimizer(m: Qwen, cfg: sft.SFTConfig, total: int) -> nnx.Optimizer:
       is_embed = lambda params: jax.tree_util.tree_map_with_path(  # noqa: E731
@@ -263,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
   res = sft.train(model, data, cfg, pad, log=lambda s: print(s, flush=True), log_every=args.log_every)
 
   sums = {k: [0.0, 0] for k in ("name", "num", "numtext", "other", "loc_route", "loc_call")}
-  hits = {"loc_route": [0, 0], "loc_call": [0, 0]}
+  hits = {"loc_route": [0, 0], "loc_call": [0, 0], "name_search": [0, 0], "name_after_results": [0, 0]}
   for x in held_out:
     n = len(x.token_ids)
     ids = jnp.asarray([list(x.token_ids) + [pad] * (1024 - n)])
@@ -272,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     nll = -np.asarray(jnp.take_along_axis(logp, ids[0, 1:n, None], -1)[:, 0])
     toks = tok.convert_ids_to_tokens(list(x.token_ids))
     inside = False
+    a0 = toks.index("assistant") if "assistant" in toks else 0
+    first_result = next((i for i in range(a0, n) if toks[i] == "<tool_response>"), n)
     for t in range(n - 1):
       s = toks[t + 1]
       inside = True if s == "<tool_call>" else False if s == "</tool_call>" else inside
@@ -281,6 +327,11 @@ def main(argv: list[str] | None = None) -> int:
           "name" if re.fullmatch(NAME_TOKEN, s) else "other")
       sums[c][0] += float(nll[t])
       sums[c][1] += 1
+      if re.fullmatch(NAME_TOKEN, s) and s not in ("I", "Now", "Your", "It", "Route"):
+        # a name the first turn copies from the query (a search), or one written after results arrived
+        c = "name_search" if t + 1 < first_result else "name_after_results"
+        hits[c][0] += int(int(jnp.argmax(logp[t])) == int(x.token_ids[t + 1]))
+        hits[c][1] += 1
       if re.fullmatch(LOC_TOKEN, s):  # a whole coordinate: its NLL and whether argmax copies it
         c = "loc_call" if inside else "loc_route"
         sums[c][0] += float(nll[t])
@@ -289,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         hits[c][1] += 1
   nll_by_class = {k: (v[0] / v[1] if v[1] else None) for k, v in sums.items()}
   accuracy = {k: (v[0] / v[1] if v[1] else None) for k, v in hits.items()}
-  result = {"args": vars(args), "copy_accuracy": accuracy, "final_train_loss": float(np.mean(res.losses[-20:])), "held_out_nll": nll_by_class,
+  result = {"args": vars(args), "copy_accuracy": accuracy, "final_train_loss": float(np.mean(res.losses[-20:])),
+            "held_out_nll": nll_by_class,
             "sft_wall_s": res.wall_s, "wall_s": time.time() - t0}
   if args.save:
     from models.weights import save_pretrained
