@@ -268,25 +268,23 @@ def main(argv: list[str] | None = None) -> int:
                                  pad_token_id=pad, eos_token_id=eos)
     model = Qwen(mcfg, rngs=nnx.Rngs(0))
     sft.sharpen_qk_norm(model, 2.0)
-  if args.final_norm != 1.0:
-    model.norm.scale.set_value(jnp.full(model.norm.scale.shape, args.final_norm, model.norm.scale.dtype))
   if args.embinit != 0.02:
+    sft.scale_embeddings(model, args.embinit, args.final_norm, seed=1)
+  elif args.final_norm != 1.0:
+    model.norm.scale.set_value(jnp.full(model.norm.scale.shape, args.final_norm, model.norm.scale.dtype))
+
+  def add_type_direction(pattern: str, scale: float, seed: int) -> None:
+    """Adds ``scale`` times one shared random unit direction to the embedding of every token matching ``pattern``."""
     emb = model.embed.embedding
-    emb.set_value(jax.random.normal(jax.random.key(1), emb.shape) * args.embinit)
+    vocab = tok.convert_ids_to_tokens(list(range(len(tok))))
+    rows = np.asarray([bool(re.fullmatch(pattern, t)) for t in vocab] + [False] * (emb.shape[0] - len(vocab)))
+    u = np.random.default_rng(seed).normal(size=emb.shape[1])
+    emb.set_value(emb[...] + jnp.asarray(rows[:, None] * (scale * u / np.linalg.norm(u))[None, :], emb.dtype))
+
   if args.number_type_init:
-    emb = model.embed.embedding
-    vocab = tok.convert_ids_to_tokens(list(range(len(tok))))
-    rows = np.asarray([bool(re.fullmatch(NUMBER_TOKEN, t)) for t in vocab] + [False] * (emb.shape[0] - len(vocab)))
-    u = np.random.default_rng(7).normal(size=emb.shape[1])
-    u = args.number_type_init * u / np.linalg.norm(u)
-    emb.set_value(emb[...] + jnp.asarray(rows[:, None] * u[None, :], emb.dtype))
+    add_type_direction(NUMBER_TOKEN, args.number_type_init, 7)
   if args.name_type_init:
-    emb = model.embed.embedding
-    vocab = tok.convert_ids_to_tokens(list(range(len(tok))))
-    rows = np.asarray([bool(re.fullmatch(PLACE_NAME_TOKEN, t)) for t in vocab] + [False] * (emb.shape[0] - len(vocab)))
-    u = np.random.default_rng(8).normal(size=emb.shape[1])
-    u = args.name_type_init * u / np.linalg.norm(u)
-    emb.set_value(emb[...] + jnp.asarray(rows[:, None] * u[None, :], emb.dtype))
+    add_type_direction(PLACE_NAME_TOKEN, args.name_type_init, 8)
   if args.freeze:
     def frozen_optimizer(m: Qwen, cfg: sft.SFTConfig, total: int) -> nnx.Optimizer:
       is_embed = lambda params: jax.tree_util.tree_map_with_path(  # noqa: E731
