@@ -106,6 +106,11 @@ def test_direction_summary_is_computed_from_coordinates():
     assert float(m[2]) == pytest.approx(km, abs=0.06)
     assert int(m[3]) == pytest.approx(km / speed * 60 + 2 * wait, abs=1)
   assert _call("direction", origin=a.location, destination=c.location).text.startswith("route ok; mode driving")
+  # Labelled stops ("Name lon,lat") route exactly like bare coordinates.
+  bare = _call("direction", origin=a.location, destination=c.location, waypoints=[b.location])
+  labelled = _call("direction", origin=f"{a.name} {a.location}", destination=f"{c.name} {c.location}",
+                   waypoints=[f"{b.name} {b.location}"])
+  assert labelled.text == bare.text
 
 
 @pytest.mark.parametrize("name,args,fragment", [

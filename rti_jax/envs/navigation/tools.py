@@ -226,7 +226,11 @@ def _as_waypoints(value: Any) -> list[Any] | None:
 
 
 def direction(world: World, args: dict[str, Any]) -> ToolOutput:
-  """A route summary computed from the coordinates (straight legs times a road factor)."""
+  """A route summary computed from the coordinates (straight legs times a road factor).
+
+  A stop is ``"lon,lat"`` or a labelled ``"Name lon,lat"`` (``world.LABELLED_STOP``); the label is
+  ignored here and by the reward.
+  """
   for role in ("origin", "destination"):
     if parse_location(args.get(role)) is None:
       return _error(f"{role} of direction must be lon,lat coordinates, got {_show(args.get(role))}")
