@@ -1,0 +1,83 @@
+"""Diagnostic: does a Navigation policy copy place names and coordinates? (teacher-forced)
+
+For scripted plain / trusting episodes of held-out *train-split* tasks (the test split is never
+read), it runs the policy once over each whole episode and, at every trained position that holds a
+whole place-name or coordinate token, checks the argmax. Names of the first turn (the searches,
+copied from the request) are reported apart from names written after the results, with how often
+the argmax is one of the request's own names and the accuracy per search position.
+
+    python experiments/name_copy_check.py --policy policies/navigation_tiny --episodes 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+PLACE_NAME = r"[A-Z][a-z]+(?:Ġ[A-Z][a-z]+)+Ġ?"
+COORDINATE = r"Ġ?[0-9]+\.[0-9]+,[0-9]+\.[0-9]+"
+
+
+def main(argv: list[str] | None = None) -> int:
+  p = argparse.ArgumentParser(prog="name_copy_check", description=__doc__.split("\n")[0])
+  p.add_argument("--policy", default=os.path.join(ROOT, "policies", "navigation_tiny"))
+  p.add_argument("--episodes", type=int, default=30)
+  args = p.parse_args(argv)
+  import jax.numpy as jnp
+  import numpy as np
+
+  from rti_jax.envs import navigation as nav
+  from rti_jax.policy import evaluate as ev
+  from rti_jax.policy import sft_data
+
+  bench = nav.load_benchmark("tiny")
+  env = nav.NavigationEnv(bench.world)
+  model, tok, fmt = ev.load_policy(args.policy)
+  examples = [x for x in sft_data.build_examples(bench.train[560:], env, fmt, sft_data.MixConfig(seed=99))
+              if x.kind in ("plain", "trusting")][:args.episodes]
+  c: collections.Counter[str] = collections.Counter()
+  for x in examples:
+    n = len(x.token_ids)
+    ids = jnp.asarray([list(x.token_ids)])
+    pred = np.asarray(jnp.argmax(model(ids, jnp.ones_like(ids))[0, :n - 1], -1))
+    toks = tok.convert_ids_to_tokens(list(x.token_ids))
+    starts = [i for i in range(n - 1) if toks[i] == "<|im_start|>"]
+    user = next(i for i in starts if toks[i + 1] == "user")
+    first_turn = next(i for i in starts if i > user and toks[i + 1] == "assistant")
+    first_result = next((i for i in range(first_turn, n) if toks[i] == "<tool_response>"), n)
+    request_names = {toks[i] for i in range(user, first_turn) if re.fullmatch(PLACE_NAME, toks[i])}
+    k = 0
+    for t in range(first_turn, n - 1):
+      s, guess = toks[t + 1], tok.convert_ids_to_tokens([int(pred[t])])[0]
+      if not x.loss_mask[t + 1]:
+        continue
+      if re.fullmatch(COORDINATE, s):
+        c["coordinates"] += 1
+        c["coordinates copied"] += guess == s
+      elif re.fullmatch(PLACE_NAME, s):
+        where = "search names" if t + 1 < first_result else "names after results"
+        c[where] += 1
+        c[f"{where} copied"] += guess == s
+        if where == "search names":
+          c["search names: argmax is a request name"] += guess in request_names
+          c[f"search {k + 1} copied"] += guess == s
+          c[f"search {k + 1}"] += 1
+          k += 1
+  share = lambda hit, total: c[hit] / c[total] if c[total] else None  # noqa: E731
+  out: dict[str, dict[str, object]] = {
+    k: {"n": c[k], "copied": share(f"{k} copied", k)} for k in ("coordinates", "search names", "names after results")}
+  out["search names"]["argmax is a request name"] = share("search names: argmax is a request name", "search names")
+  out["per search (copied)"] = {k: share(f"{k} copied", k) for k in sorted(c) if re.fullmatch(r"search \d+", k)}
+  print(json.dumps(out, indent=1))
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())
