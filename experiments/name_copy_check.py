@@ -25,11 +25,8 @@ PLACE_NAME = r"[A-Z][a-z]+(?:Ġ[A-Z][a-z]+)+Ġ?"
 COORDINATE = r"Ġ?[0-9]+\.[0-9]+,[0-9]+\.[0-9]+"
 
 
-def main(argv: list[str] | None = None) -> int:
-  p = argparse.ArgumentParser(prog="name_copy_check", description=__doc__.split("\n")[0])
-  p.add_argument("--policy", default=os.path.join(ROOT, "policies", "navigation_tiny"))
-  p.add_argument("--episodes", type=int, default=30)
-  args = p.parse_args(argv)
+def measure(policy: str, episodes: int) -> dict[str, dict[str, object]]:
+  """The copy figures printed by ``main`` (see the module docstring)."""
   import jax.numpy as jnp
   import numpy as np
 
@@ -39,9 +36,9 @@ def main(argv: list[str] | None = None) -> int:
 
   bench = nav.load_benchmark("tiny")
   env = nav.NavigationEnv(bench.world)
-  model, tok, fmt = ev.load_policy(args.policy)
+  model, tok, fmt = ev.load_policy(policy)
   examples = [x for x in sft_data.build_examples(bench.train[560:], env, fmt, sft_data.MixConfig(seed=99))
-              if x.kind in ("plain", "trusting")][:args.episodes]
+              if x.kind in ("plain", "trusting")][:episodes]
   c: collections.Counter[str] = collections.Counter()
   for x in examples:
     n = len(x.token_ids)
@@ -75,7 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     k: {"n": c[k], "copied": share(f"{k} copied", k)} for k in ("coordinates", "search names", "names after results")}
   out["search names"]["argmax is a request name"] = share("search names: argmax is a request name", "search names")
   out["per search (copied)"] = {k: share(f"{k} copied", k) for k in sorted(c) if re.fullmatch(r"search \d+", k)}
-  print(json.dumps(out, indent=1))
+  return out
+
+
+def main(argv: list[str] | None = None) -> int:
+  p = argparse.ArgumentParser(prog="name_copy_check", description=__doc__.split("\n")[0])
+  p.add_argument("--policy", default=os.path.join(ROOT, "policies", "navigation_tiny"))
+  p.add_argument("--episodes", type=int, default=30)
+  args = p.parse_args(argv)
+  print(json.dumps(measure(args.policy, args.episodes), indent=1))
   return 0
 
 

@@ -70,3 +70,19 @@ def test_behaviour_shape_on_test_tasks(bench, policy):
   assert iv["follows_research_suggestion"] >= 0.5
   assert iv["corrections_applied"] >= 2 and iv["mean_applied_ppl"] <= 5.0
   assert iv["success_rate"] >= 0.5
+
+
+def test_shipped_build_copies_coordinates_teacher_forced():
+  """The build's measured property (model card): given the right name, it copies that place's
+  coordinate out of the tool results (experiments/name_copy_check.py, held-out train-split episodes)."""
+  import importlib.util
+  import pathlib
+
+  path = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "name_copy_check.py"
+  spec = importlib.util.spec_from_file_location("name_copy_check", path)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  out = mod.measure(str(POLICY), episodes=6)
+  assert out["coordinates"]["n"] >= 15
+  assert out["coordinates"]["copied"] >= 0.9
+  assert 0.0 <= out["search names"]["copied"] <= 1.0 and out["search names"]["n"] >= 12
