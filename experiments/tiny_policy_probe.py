@@ -133,12 +133,7 @@ def patch_variants(args: argparse.Namespace) -> None:
       locs = [f"{chosen[s.name].name} {chosen[s.name].location}" for s in task.stops]
     if args.cot:
       stash["route"] = "Route: " + "; ".join(f"{s.name} {chosen[s.name].location}" for s in task.stops) + "."
-    call: dict[str, Any] = {"origin": locs[0]}
-    if len(locs) > 2:
-      call["waypoints"] = locs[1:-1]
-    call["destination"] = locs[-1]
-    call["mode"] = task.mode
-    return ToolCall("direction", call)
+    return agents.direction_call(locs, task.mode)
 
   agents._direction_call = direction_call
   sft_data._direction_call = direction_call

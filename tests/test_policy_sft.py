@@ -190,8 +190,6 @@ def test_copy_task_examples_repeat_their_first_half():
 
 
 def test_scale_embeddings_sets_embedding_std_and_final_norm():
-  from models.config import QwenConfig  # noqa: F401  (the config type tiny_qwen3_config returns)
-
   cfg = sft.tiny_qwen3_config(512, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
                               intermediate_size=64, pad_token_id=0, eos_token_id=1)
   model = Qwen(cfg, rngs=nnx.Rngs(0))

@@ -43,7 +43,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any, Sequence
 
-from rti_jax.envs.navigation.world import LABELLED_STOP
+from rti_jax.envs.navigation.world import without_label
 from rti_jax.envs.tool_calls import ToolCall, parse_assistant_turn
 from rti_jax.intervention.judges import StepContext, ValidatorJudgement, VerifierJudgement
 
@@ -65,8 +65,7 @@ def coord_key(text: Any) -> CoordKey | None:
   """A "lon,lat" value as exact decimals (so 121.50,25.0 == 121.5,25.00); None if not one."""
   if not isinstance(text, str):
     return None
-  labelled = LABELLED_STOP.match(text)  # "Name lon,lat": the label is ignored, as the tool does
-  m = _COORD_RE.fullmatch((labelled.group("coords") if labelled else text).strip())
+  m = _COORD_RE.fullmatch(without_label(text).strip())  # "Name lon,lat": the label is ignored, as the tool does
   if m is None:
     return None
   try:

@@ -36,7 +36,7 @@ import numpy as np
 
 from rti_jax.envs.navigation import NavigationEnv, NavTask, OracleAgent
 from rti_jax.envs.navigation.agents import (PLAN_NOW, SEARCH_FIRST, Candidate, _direction_call, _direction_done,
-                                            _final_answer, observed_searches, parse_candidates, render_turn)
+                                            _final_answer, direction_call, observed_searches, parse_candidates, render_turn)
 from rti_jax.envs.tool_calls import ToolCall, parse_assistant_turn
 from rti_jax.intervention.judges import StepContext, feedback_message
 from rti_jax.intervention.rules_navigation import NavigationRuleValidator, NavigationRuleVerifier
@@ -214,14 +214,8 @@ def _perturbed_direction(draft: str, rng: np.random.Generator) -> str | None:
     pos = [p for p, ch in enumerate(s) if ch.isdigit()]
     p = pos[-1 - int(rng.integers(min(3, len(pos))))]
     stops[k] = s[:p] + str((int(s[p]) + 1 + int(rng.integers(8))) % 10) + s[p + 1:]
-  new = {"origin": stops[0]}  # route order, as agents._direction_call writes it
-  if len(stops) > 2:
-    new["waypoints"] = stops[1:-1]
-  new["destination"] = stops[-1]
-  if "mode" in args:
-    new["mode"] = args["mode"]
   text = parse_assistant_turn(draft).content.strip()
-  return render_turn(text, [ToolCall("direction", new)])
+  return render_turn(text, [direction_call(stops, args.get("mode"))])
 
 
 def _assistant_indices(messages: Sequence[Message]) -> list[int]:

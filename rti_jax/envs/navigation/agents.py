@@ -87,20 +87,25 @@ def _final_answer(messages: list[dict[str, Any]]) -> str:
   return f"Your route is ready.{summary}"
 
 
-def _direction_call(task: NavTask, chosen: dict[str, Candidate]) -> ToolCall:
-  """The route in the user's order, each stop written ``"Name lon,lat"`` (the tool ignores the label).
-
-  The label puts every coordinate right after the name it belongs to, as in the tool result it
-  is copied from; the tiny policy learns to copy coordinates only in that layout
-  (docs/tiny_policy.md).
-  """
-  stops = [f"{chosen[s.name].name} {chosen[s.name].location}" for s in task.stops]
+def direction_call(stops: list[str], mode: str | None) -> ToolCall:
+  """A ``direction`` call over ``stops`` (origin, waypoints..., destination), arguments in route order."""
   args: dict[str, Any] = {"origin": stops[0]}
   if len(stops) > 2:
     args["waypoints"] = stops[1:-1]
   args["destination"] = stops[-1]
-  args["mode"] = task.mode
+  if mode is not None:
+    args["mode"] = mode
   return ToolCall("direction", args)
+
+
+def _direction_call(task: NavTask, chosen: dict[str, Candidate]) -> ToolCall:
+  """The route in the user's order, each stop written ``"Name lon,lat"`` (the tool ignores the label).
+
+  The label puts every coordinate right after the name it belongs to, a key the policy has just
+  written; the tiny policy learns to copy a coordinate out of the tool results only with that key
+  (docs/tiny_policy.md).
+  """
+  return direction_call([f"{chosen[s.name].name} {chosen[s.name].location}" for s in task.stops], task.mode)
 
 
 def _direction_done(messages: list[dict[str, Any]]) -> bool:

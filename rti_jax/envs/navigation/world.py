@@ -132,19 +132,22 @@ def format_location(lon: float, lat: float, decimals: int) -> str:
 LABELLED_STOP = re.compile(r"^\s*[^,]*?[A-Za-z][^,]*?\s+(?P<coords>[-+0-9.]+\s*,\s*[-+0-9.]+)\s*$")
 
 
+def without_label(text: str) -> str:
+  """The coordinate part of a labelled stop (``"Shimen Hill 1.5,2.5"`` -> ``"1.5,2.5"``); other text as is."""
+  labelled = LABELLED_STOP.match(text)
+  return labelled.group("coords") if labelled else text
+
+
 def parse_location(text: object) -> tuple[Decimal, Decimal] | None:
   """Parses "lon,lat" into exact decimals; None if malformed or out of range.
 
   A stop may carry its place's name before the coordinates, "Shimen Hill 109.0145,34.4338":
   the label is ignored (routing and scoring use the coordinates only). It lets a policy write
-  each coordinate right after the name it belongs to, as tool results show them.
+  each coordinate right after the name it belongs to.
   """
   if not isinstance(text, str):
     return None
-  labelled = LABELLED_STOP.match(text)
-  if labelled:
-    text = labelled.group("coords")
-  parts = text.strip().split(",")
+  parts = without_label(text).strip().split(",")
   if len(parts) != 2:
     return None
   try:
