@@ -208,12 +208,25 @@ class Sampler:
 
   max_cache_len: the most slots a row may use (prompt + new tokens); default the
     model's ``max_position_embeddings``.
+  max_attention_bytes: a batch whose fp32 attention scores ``[B, heads, T, T + new]`` would
+    exceed this is run in consecutive sub-batches (each a power of two of rows), so a large
+    group of long episodes does not run the host out of memory. A sub-batch ``i`` of
+    ``generate`` samples with ``jax.random.fold_in(key, i)``; below the limit nothing changes.
   """
 
-  def __init__(self, model: Qwen, *, max_cache_len: int | None = None):
+  def __init__(self, model: Qwen, *, max_cache_len: int | None = None, max_attention_bytes: int = 1 << 30):
     self.config = model.config
     self.max_cache_len = int(max_cache_len or model.config.max_position_embeddings)
+    if int(max_attention_bytes) < 1:
+      raise ValueError(f"max_attention_bytes: expected >= 1, got {max_attention_bytes}")
+    self.max_attention_bytes = int(max_attention_bytes)
     self.graphdef, self.state = nnx.split(model)
+
+  def _rows_per_call(self, length: int, width: int) -> int:
+    """The most rows (a power of two, >= 1) whose attention scores fit ``max_attention_bytes``."""
+    per_row = 4 * self.config.num_heads * int(length) * int(width)
+    rows = max(1, self.max_attention_bytes // max(per_row, 1))
+    return 1 << (rows.bit_length() - 1)
 
   def sync_weights(self, model: Qwen) -> None:
     """Uses ``model``'s current parameters (same architecture) from now on."""
@@ -253,6 +266,14 @@ class Sampler:
       raise ValueError(f"stop_token_ids: expected ids in [0, {self.config.vocab_size}), got {stops}")
     b = len(rows)
     bb, pb, nb = bucket(b), bucket(longest, _MIN_LEN_BUCKET), bucket(max_new_tokens, _MIN_LEN_BUCKET)
+    per_call = self._rows_per_call(pb, pb + nb)
+    if b > per_call:
+      parts = [self.generate(rows[i:i + per_call], key=jax.random.fold_in(key, j), max_new_tokens=max_new_tokens,
+                             temperature=temperature, top_p=top_p, top_k=top_k, stop_token_ids=stop_token_ids,
+                             pad_id=pad_id)
+               for j, i in enumerate(range(0, b, per_call))]
+      return GenerateOutput(*(sum((getattr(o, f.name) for o in parts), [])
+                              for f in dataclasses.fields(GenerateOutput)))
     ids = np.full((bb, pb), pad_id, np.int32)
     mask = np.zeros((bb, pb), np.int32)
     for i, r in enumerate(rows):  # left padding
@@ -293,6 +314,9 @@ class Sampler:
                        f"max_cache_len={self.max_cache_len}")
     b = len(p_rows)
     bb, tb = bucket(b), bucket(max(lengths), _MIN_LEN_BUCKET)
+    per_call = self._rows_per_call(tb, tb)
+    if b > per_call:
+      return sum((self.score(p_rows[i:i + per_call], r_rows[i:i + per_call]) for i in range(0, b, per_call)), [])
     ids = np.zeros((bb, tb), np.int32)
     mask = np.zeros((bb, tb), np.int32)
     for i, (p, r) in enumerate(zip(p_rows, r_rows)):  # right padding

@@ -262,3 +262,27 @@ def test_next_token_logprobs_is_exact_with_ragged_chunks_and_differentiable(qwen
   grads = nnx.jit(nnx.grad(loss))(model)
   g = grads["layers"][0]["mlp"]["up_proj"]["kernel"][...]
   assert np.all(np.isfinite(g)) and np.abs(g).max() > 0
+
+
+def test_batches_over_the_attention_budget_run_in_sub_batches_with_the_same_results(qwen3_ckpt):
+  path, _ = qwen3_ckpt
+  model, _ = models.from_pretrained(path)
+  whole = Sampler(model, max_cache_len=256)
+  small = Sampler(model, max_cache_len=256, max_attention_bytes=1)  # one row per call
+  assert small._rows_per_call(16, 32) == 1 and whole._rows_per_call(16, 32) > len(PROMPTS)
+  kw = dict(max_new_tokens=6, temperature=0.0)
+  a, b = whole.generate(PROMPTS, key=jax.random.key(0), **kw), small.generate(PROMPTS, key=jax.random.key(0), **kw)
+  for x, y in zip(a.tokens + a.logprobs, b.tokens + b.logprobs):  # greedy: the split changes nothing
+    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
+  assert a.finish_reasons == b.finish_reasons
+  # sampled: sub-batch j uses fold_in(key, j), reproducibly
+  kw = dict(max_new_tokens=6, temperature=1.0)
+  s1, s2 = (small.generate(PROMPTS, key=jax.random.key(3), **kw) for _ in range(2))
+  one = whole.generate(PROMPTS[2:3], key=jax.random.fold_in(jax.random.key(3), 2), **kw)
+  assert all(np.array_equal(x, y) for x, y in zip(s1.tokens, s2.tokens))
+  np.testing.assert_array_equal(s1.tokens[2], one.tokens[0])
+  responses = [[1, 2, 3], [], [4], [5, 6]]
+  for x, y in zip(whole.score(PROMPTS, responses), small.score(PROMPTS, responses)):
+    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match="max_attention_bytes"):
+    Sampler(model, max_attention_bytes=0)
