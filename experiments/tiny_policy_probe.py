@@ -102,6 +102,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--name-drills", type=int, default=0,
                  help="first-turn drills: train requests with other places' names, searched in order")
   p.add_argument("--kv-heads", type=int, default=1)
+  p.add_argument("--qk", type=float, default=2.0, help="initial q/k RMSNorm weight (sft.sharpen_qk_norm)")
   p.add_argument("--wcopy", type=float, default=1.0)
   p.add_argument("--number-type-init", type=float, default=0.0,
                  help="add this times one shared random unit direction to every number token's embedding at init")
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                                  num_kv_heads=args.kv_heads, head_dim=args.head_dim, intermediate_size=2 * args.hidden,
                                  pad_token_id=pad, eos_token_id=eos)
     model = Qwen(mcfg, rngs=nnx.Rngs(0))
-    sft.sharpen_qk_norm(model, 2.0)
+    sft.sharpen_qk_norm(model, args.qk)
   if args.embinit != 0.02:
     sft.scale_embeddings(model, args.embinit, args.final_norm, seed=1)
   elif args.final_norm != 1.0:

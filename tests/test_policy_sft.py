@@ -36,7 +36,7 @@ def test_mix_uses_train_tasks_and_each_kind(setup):
   assert {e.task_id for e in examples} <= ids
   assert not {e.task_id for e in examples} & {t.task_id for t in bench.test}
   kinds = collections.Counter(e.kind for e in examples)
-  assert set(kinds) == set(sft_data.KINDS)
+  assert set(kinds) == set(sft_data.KINDS) - {"name_swap"}  # name_swap: name_swap_examples only
   need = [t for t in tasks if t.needs_disambiguation]
   assert kinds["trusting"] + kinds["plain"] == len(tasks)
   assert 0 < kinds["resolve"] < 0.5 * len(need)
@@ -202,3 +202,60 @@ def test_scale_embeddings_sets_embedding_std_and_final_norm():
   ids = jnp.asarray([[5, 6, 7, 8]])
   logits = np.asarray(model(ids, jnp.ones_like(ids)))
   assert np.abs(logits).std() < 1.0  # with the final norm left at 1 it would be ~sqrt(d) = 5.7
+
+
+def test_add_type_direction_moves_exactly_the_given_rows_by_one_shared_vector():
+  cfg = sft.tiny_qwen3_config(512, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
+                              intermediate_size=64, pad_token_id=0, eos_token_id=1)
+  model = Qwen(cfg, rngs=nnx.Rngs(0))
+  before = np.asarray(model.embed.embedding[...]).copy()
+  sft.add_type_direction(model, [7, 3, 7, 40], 5.0, seed=2)
+  delta = np.asarray(model.embed.embedding[...]) - before
+  moved = np.flatnonzero(np.abs(delta).sum(1) > 0)
+  assert moved.tolist() == [3, 7, 40]  # a repeated id is moved once
+  np.testing.assert_allclose(delta[3], delta[40], rtol=1e-6)
+  np.testing.assert_allclose(np.linalg.norm(delta[7]), 5.0, rtol=1e-5)
+  with pytest.raises(ValueError, match="token_ids"):
+    sft.add_type_direction(model, [512], 1.0)
+
+
+def test_name_swap_examples_swap_the_same_names_in_request_and_searches(setup):
+  _, env, tok, fmt, tasks, _ = setup
+  ex = sft_data.name_swap_examples(tasks, env, fmt, 12, seed=4)
+  assert len(ex) == 12 and {e.kind for e in ex} == {"name_swap"}
+  assert {e.task_id for e in ex} <= {t.task_id for t in tasks}
+  by_id = {t.task_id: t for t in tasks}
+  names = {p.name for p in env.world.pois}
+  for e in ex:
+    text = tok.decode(list(e.token_ids))
+    request = text.split("<|im_start|>user\n")[1].split("<|im_end|>")[0]
+    trained = tok.decode([i for i, m in zip(e.token_ids, e.loss_mask) if m])
+    assert trained.endswith("<|im_end|>") and "<|im_start|>" not in trained
+    searched = [c.arguments["address"] for c in parse_assistant_turn(trained.replace("<|im_end|>", "")).tool_calls]
+    task = by_id[e.task_id]
+    assert len(searched) == len(task.stops) and len(set(searched)) == len(searched)
+    assert set(searched) <= names
+    for name in searched:  # every search names a place that the (swapped) request mentions
+      assert name in request
+  assert sft_data.name_swap_examples(tasks, env, fmt, 12, seed=4) == ex
+  assert sft_data.name_swap_examples(tasks, env, fmt, 0) == []
+
+
+def test_place_name_token_ids_are_whole_poi_names(setup):
+  bench, env, _, _, tasks, _ = setup
+  from rti_jax.policy.tokenizer import NAME_PATTERN
+  tok = build_tokenizer(sft_data.corpus_texts(tasks, env) + list(nav.vocabulary()), 2048, pattern=NAME_PATTERN)
+  ids = sft_data.place_name_token_ids(tok, env)
+  names = {p.name for p in env.world.pois}
+  assert len(ids) > 50
+  for t in tok.convert_ids_to_tokens(ids):
+    assert t.replace("\u0120", " ").rstrip(" ") in names
+  # a searched name and the same name before a number (a labelled stop) are both type tokens
+  whole = [n for n in sorted(names) if len(tok(n, add_special_tokens=False)["input_ids"]) == 1]
+  assert len(whole) > 50
+  for n in whole:
+    assert tok(n, add_special_tokens=False)["input_ids"][0] in ids
+  labelled = [t for t in tok.convert_ids_to_tokens(ids) if t.endswith("\u0120")]
+  assert labelled and all(tok.convert_tokens_to_ids(t) in ids for t in labelled)
+  others = set(tok.get_vocab().values()) - set(ids)
+  assert not any(t.replace("\u0120", " ").strip() in names for t in tok.convert_ids_to_tokens(sorted(others)))

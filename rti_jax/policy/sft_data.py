@@ -24,6 +24,10 @@ The mix (train split only) shapes the base policy like the paper's backbone:
   rule-based Validator gives on that draft), and the oracle's next turn as target.
   Drafts: the trusting direction call, and perturbed oracle direction calls (wrong
   order, a coordinate that no result showed).
+* ``name_swap`` (``name_swap_examples``, optional): first-turn drills. A train task's
+  request with its stop names swapped for other places of the map, and the oracle's first
+  turn (the searches) with the same swap; only that turn is trained. They teach reading the
+  stop names out of the request instead of writing names seen often.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from rti_jax.intervention.rules_navigation import NavigationRuleValidator, Navig
 from rti_jax.rollout import ChatFormatter
 
 Message = dict[str, Any]
-KINDS = ("plain", "trusting", "resolve", "resolve_ctx", "correction")
+KINDS = ("plain", "trusting", "resolve", "resolve_ctx", "correction", "name_swap")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,6 +267,48 @@ def build_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: Chat
           if ex is not None:
             out.append(ex)
   return out
+
+
+def name_swap_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: ChatFormatter, num: int,
+                       seed: int = 0) -> list[SFTExample]:
+  """``num`` first-turn drills (kind ``name_swap``, see the module docstring) from ``tasks``
+  (pass the train split only); deterministic for ``seed``.
+
+  Each stop's name is replaced, in the request and in the oracle's first turn alike, by a
+  distinct random POI name of the map; a task whose first turn or request does not mention
+  every stop name verbatim is skipped.
+  """
+  if num <= 0 or not tasks:
+    return []
+  rng = np.random.default_rng(seed)
+  names = sorted({p.name for p in env.world.pois})
+  out: list[SFTExample] = []
+  for _ in range(50 * num):
+    if len(out) == num:
+      break
+    task = tasks[int(rng.integers(len(tasks)))]
+    messages = env.reset(task)
+    first = OracleAgent(task).act(list(messages))
+    stops = sorted({s.name for s in task.stops}, key=len, reverse=True)  # longer first: no partial replacement
+    new = [str(x) for x in rng.choice(names, size=len(stops), replace=False)]
+    user, turn = messages[1]["content"], first
+    for i, old in enumerate(stops):  # placeholders first, so a new name equal to an old one is safe
+      user, turn = user.replace(old, f"\x00{i}\x00"), turn.replace(old, f"\x00{i}\x00")
+    if any(f"\x00{i}\x00" not in user or f"\x00{i}\x00" not in turn for i in range(len(stops))):
+      continue
+    for i, name in enumerate(new):
+      user, turn = user.replace(f"\x00{i}\x00", name), turn.replace(f"\x00{i}\x00", name)
+    ids, mask = encode_messages(formatter, [messages[0], {"role": "user", "content": user},
+                                            {"role": "assistant", "content": turn}])
+    out.append(SFTExample(task.task_id, "name_swap", tuple(ids), tuple(mask)))
+  return out
+
+
+def place_name_token_ids(tokenizer: Any, env: NavigationEnv) -> list[int]:
+  """Ids of the tokens that are one whole POI name of ``env``'s map (with ``Ġ`` for spaces,
+  and possibly the space after it), for ``sft.add_type_direction``."""
+  names = {p.name for p in env.world.pois}
+  return sorted(i for t, i in tokenizer.get_vocab().items() if t.replace("\u0120", " ").rstrip(" ") in names)
 
 
 def corpus_texts(tasks: Sequence[NavTask], env: NavigationEnv) -> list[str]:
