@@ -13,6 +13,7 @@ The run dir gets ``metrics.json``, ``loss.png`` and ``sft_data.json`` (the mix).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pathlib
@@ -37,9 +38,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--epochs", type=float, default=None)
   p.add_argument("--hidden", type=int, default=None)
   p.add_argument("--layers", type=int, default=None)
-  p.add_argument("--heads", type=int, default=2)
-  p.add_argument("--head-dim", type=int, default=64)
-  p.add_argument("--qk-norm-init", type=float, default=2.0, help="initial q/k RMSNorm weight")
+  p.add_argument("--heads", type=int, default=4)
+  p.add_argument("--head-dim", type=int, default=32)
+  p.add_argument("--qk-norm-init", type=float, default=1.4,
+                 help="initial q/k RMSNorm weight (2.0 locks heads onto format tokens: names are not read)")
+  p.add_argument("--name-type-init", type=float, default=8.0,
+                 help="norm of the shared 'place name' direction added to every whole-name token's embedding "
+                      "(sft.add_type_direction; 0 = off)")
+  p.add_argument("--name-swap", type=int, default=1000,
+                 help="first-turn drills with swapped stop names (sft_data.name_swap_examples) in the main mix")
+  p.add_argument("--name-drill-steps", type=int, default=800,
+                 help="stage 0: steps on first-turn drills alone (without the system turn; 0 = skip)")
   p.add_argument("--embed-std", type=float, default=1.0,
                  help="init std of the tied embeddings (0.02 is the usual; see sft.scale_embeddings)")
   p.add_argument("--final-norm-init", type=float, default=0.03, help="initial final RMSNorm weight")
@@ -57,12 +66,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--eval-tasks", type=int, default=None, help="tasks per kind (disambiguation / plain) per split")
   p.add_argument("--eval-samples", type=int, default=8, help="samples per task at temperature 1")
   p.add_argument("--no-eval", action="store_true")
+  p.add_argument("--eval-only", action="store_true",
+                 help="only evaluate the built policy (its <out>/metrics.json must exist) and rewrite its card")
   args = p.parse_args(argv)
   if args.quick:
     args.epochs = 1.0 if args.epochs is None else args.epochs
     args.hidden = args.hidden or 32
     args.layers = args.layers or 2
     args.head_dim = 16
+    args.name_drill_steps = min(args.name_drill_steps, 5)
     args.eval_tasks = 2 if args.eval_tasks is None else args.eval_tasks
     args.eval_samples = min(args.eval_samples, 2)
   args.epochs = 2.0 if args.epochs is None else args.epochs
@@ -106,15 +118,12 @@ def plot_loss(losses: list[float], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
   args = parse_args(argv)
-  import jax
   import numpy as np
   from flax import nnx
 
   from models.qwen import Qwen
   from models.weights import save_pretrained
   from rti_jax.envs import navigation as nav
-  from rti_jax.generation.jax_backend import JaxBackend
-  from rti_jax.policy import evaluate as ev
   from rti_jax.policy import sft, sft_data
   from rti_jax.policy.tokenizer import END_OF_TURN, NAME_PATTERN, PAD_TOKEN, PRE_TOKENIZER_PATTERN, build_tokenizer
   from rti_jax.rollout import ChatFormatter
@@ -123,6 +132,15 @@ def main(argv: list[str] | None = None) -> int:
   os.makedirs(args.out, exist_ok=True)
   log = lambda s: print(s, flush=True)  # noqa: E731
   bench = nav.load_benchmark("tiny")
+  if args.eval_only:
+    path = os.path.join(args.out, "metrics.json")
+    if not os.path.exists(path):
+      raise SystemExit(f"--eval-only: {path} not found; build the policy first (without --eval-only)")
+    with open(path) as f:
+      metrics = json.load(f)
+    metrics["eval"] = evaluate_policy(args, bench, log)
+    save_metrics(args, metrics, metrics.get("wall_s", 0.0) + time.time() - t_start, log)
+    return 0
   env = nav.NavigationEnv(bench.world)
   train_tasks = bench.train[:16] if args.quick else bench.train
 
@@ -132,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
   fmt = ChatFormatter(tok)
   mix = sft_data.MixConfig(resolve_share=args.resolve_share, seed=args.seed)
   examples = sft_data.build_examples(train_tasks, env, fmt, mix)
+  examples += sft_data.name_swap_examples(train_tasks, env, fmt, args.name_swap // (20 if args.quick else 1),
+                                          seed=args.seed + 7)
   data_summary = sft_data.summary(examples)
   log(f"tokenizer: {len(tok)} tokens; SFT data: {json.dumps(data_summary)}")
 
@@ -142,8 +162,20 @@ def main(argv: list[str] | None = None) -> int:
   model = Qwen(mcfg, rngs=nnx.Rngs(args.seed))
   sft.sharpen_qk_norm(model, args.qk_norm_init)
   sft.scale_embeddings(model, args.embed_std, args.final_norm_init, seed=args.seed + 1)
+  sft.add_type_direction(model, sft_data.place_name_token_ids(tok, env), args.name_type_init, seed=args.seed + 8)
   n_params = sft.count_params(model)
   log(f"model: qwen3 hidden {mcfg.hidden_size}, {mcfg.num_layers} layers, vocab {mcfg.vocab_size}, {n_params} params")
+  if args.name_drill_steps > 0:
+    # Stage 0: reading stop names out of requests, on first-turn drills alone (short sequences).
+    drills = [sft_data.without_system_turn(fmt, e)
+              for e in sft_data.name_swap_examples(train_tasks, env, fmt, 16 * args.name_drill_steps, seed=args.seed + 9)]
+    dcfg = sft.SFTConfig(lr=args.lr, tokens_per_batch=2048, max_len=1024, len_multiple=32, seed=args.seed + 2)
+    per_epoch = len(sft.make_batches(drills, dcfg, np.random.default_rng(0), pad_id, sft.common_prefix_len(drills)))
+    dcfg = dataclasses.replace(dcfg, epochs=args.name_drill_steps / per_epoch)
+    dres = sft.train(model, drills, dcfg, pad_id, log=lambda s: log("names " + s), log_every=100)
+    log(f"name drills: {dres.steps} steps in {dres.wall_s:.0f}s, final loss {np.mean(dres.losses[-10:]):.4f}")
+    name_stage = {"steps": dres.steps, "wall_s": dres.wall_s, "examples": len(drills),
+                  "final_loss": float(np.mean(dres.losses[-10:]))}
   if args.copy_examples > 0:
     # Stage 0: synthetic copying over the tokenizer's word and number tokens.
     pool = [i for t, i in tok.get_vocab().items() if t.isalnum() or t.replace(".", "").isdigit()]
@@ -170,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
   tok.save_pretrained(args.policy_dir)
   plot_loss(result.losses, os.path.join(args.out, "loss.png"))
   metrics: dict[str, Any] = {
+    "name_drills": name_stage if args.name_drill_steps > 0 else None,
     "seed": args.seed, "quick": args.quick, "policy_dir": os.path.relpath(args.policy_dir, ROOT),
     "tokenizer_size": len(tok), "model": mcfg.to_hf_dict(), "params": n_params,
     "sft": {"steps": result.steps, "wall_s": result.wall_s, "losses": result.losses,
@@ -177,31 +210,48 @@ def main(argv: list[str] | None = None) -> int:
     "data": data_summary, "mix": vars(mix) if hasattr(mix, "__dict__") else str(mix),
   }
 
+  # Saved before the evaluation, so a failed evaluation loses nothing (--eval-only reruns it).
+  save_metrics(args, metrics, time.time() - t_start, log)
   if not args.no_eval:
-    pmodel, ptok, pfmt = ev.load_policy(args.policy_dir)
-    backend = JaxBackend(pmodel, max_cache_len=2048, pad_id=pad_id)
-    evals: dict[str, Any] = {}
-    for split, tasks in (("train", bench.train), ("test", bench.test)):
-      chosen = pick(tasks, args.eval_tasks)
-      need = [t for t in chosen if t.needs_disambiguation]
-      t0 = time.time()
-      evals[split] = {
-        "sampled": ev.rollout_behaviour(backend, pfmt, bench.world, chosen, args.eval_samples, 1.0, seed=args.seed),
-        "greedy": ev.rollout_behaviour(backend, pfmt, bench.world, chosen, 1, 0.0, seed=args.seed),
-        "intervention": ev.intervention_behaviour(backend, pfmt, bench.world, need, 1.0, seed=args.seed),
-      }
-      log(f"eval {split}: {time.time() - t0:.0f}s")
-    metrics["eval"] = evals
-    log(table(evals, args.eval_samples))
-  metrics["wall_s"] = time.time() - t_start
-  with open(os.path.join(args.out, "metrics.json"), "w") as f:
-    json.dump(metrics, f, indent=1, default=str)
-  write_card(args, metrics, os.path.join(args.policy_dir, "README.md"))
-  log(f"wrote {args.policy_dir} and {args.out}/metrics.json, loss.png ({metrics['wall_s']:.0f}s)")
+    metrics["eval"] = evaluate_policy(args, bench, log)
+    save_metrics(args, metrics, time.time() - t_start, log)
   return 0
 
 
-PATTERN_NOTES = {"names": "whole names and coordinates, a name takes the space before a number (NAME_PATTERN)",
+def save_metrics(args: argparse.Namespace, metrics: dict[str, Any], wall_s: float, log: Any) -> None:
+  """Writes ``<out>/metrics.json`` and the policy's model card."""
+  metrics["wall_s"] = wall_s
+  with open(os.path.join(args.out, "metrics.json"), "w") as f:
+    json.dump(metrics, f, indent=1, default=str)
+  write_card(args, metrics, os.path.join(args.policy_dir, "README.md"))
+  log(f"wrote {args.policy_dir}/README.md and {args.out}/metrics.json ({wall_s:.0f}s)")
+
+
+def evaluate_policy(args: argparse.Namespace, bench: Any, log: Any) -> dict[str, Any]:
+  """The behaviour figures of the policy in ``args.policy_dir`` per split (see ``table``)."""
+  from rti_jax.generation.jax_backend import JaxBackend
+  from rti_jax.policy import evaluate as ev
+
+  pmodel, ptok, pfmt = ev.load_policy(args.policy_dir)
+  from rti_jax.policy.tokenizer import PAD_TOKEN
+
+  backend = JaxBackend(pmodel, max_cache_len=2048, pad_id=ptok.convert_tokens_to_ids(PAD_TOKEN))
+  evals: dict[str, Any] = {}
+  for split, tasks in (("train", bench.train), ("test", bench.test)):
+    chosen = pick(tasks, args.eval_tasks)
+    need = [t for t in chosen if t.needs_disambiguation]
+    t0 = time.time()
+    evals[split] = {
+      "sampled": ev.rollout_behaviour(backend, pfmt, bench.world, chosen, args.eval_samples, 1.0, seed=args.seed),
+      "greedy": ev.rollout_behaviour(backend, pfmt, bench.world, chosen, 1, 0.0, seed=args.seed),
+      "intervention": ev.intervention_behaviour(backend, pfmt, bench.world, need, 1.0, seed=args.seed),
+    }
+    log(f"eval {split}: {time.time() - t0:.0f}s")
+  log(table(evals, args.eval_samples))
+  return evals
+
+
+PATTERN_NOTES = {"names": "whole names and coordinates, a name takes the space after it when a number follows (NAME_PATTERN)",
                  "words": "words and numbers (PRE_TOKENIZER_PATTERN)"}
 
 
@@ -220,9 +270,12 @@ def write_card(args: argparse.Namespace, metrics: dict[str, Any], path: str) -> 
     f"SFT: {metrics['sft']['steps']} steps, {metrics['sft']['wall_s']:.0f} s on the build machine's CPU.",
     f"SFT mix: {json.dumps(metrics['data']['kinds'])}.",
     f"Pre-tokenizer: {PATTERN_NOTES[args.pattern]}; "
-    f"init: embeddings std {args.embed_std}, final norm {args.final_norm_init}, q/k norm {args.qk_norm_init} "
-    "(why: docs/tiny_policy.md).",
+    f"init: embeddings std {args.embed_std}, final norm {args.final_norm_init}, q/k norm {args.qk_norm_init}, "
+    f"a shared place-name direction of norm {args.name_type_init}; {args.heads} heads x {args.head_dim}; "
+    f"stage 0: {args.name_drill_steps} steps on first-turn name drills (why: docs/tiny_policy.md).",
   ]
+  if metrics.get("note"):
+    lines += ["", f"Note: {metrics['note']}."]
   if "eval" in metrics:
     lines += ["", "Measured behaviour (real sampler; see the run's metrics.json):", "", "```",
               table(metrics["eval"], args.eval_samples), "```"]

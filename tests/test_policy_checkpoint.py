@@ -50,8 +50,9 @@ def test_transformers_logits_equal_flax_logits(bench, policy):
   np.testing.assert_allclose(got[:, :want.shape[-1]], want, atol=2e-4, rtol=1e-4)
 
 
-@pytest.mark.xfail(reason="the shipped build copies coordinates but not yet place names (see "
-                   "policies/navigation_tiny/README.md, docs/tiny_policy.md); this test states the target shape",
+@pytest.mark.xfail(reason="the shipped build copies coordinates and reads names from the request, but picks the "
+                   "wrong stop or travel mode too often to pass tasks (see policies/navigation_tiny/README.md, "
+                   "docs/tiny_policy.md); this test states the target shape",
                    strict=False)
 def test_behaviour_shape_on_test_tasks(bench, policy):
   """Greedy: solves tasks without an ambiguous name, trusts the first result on tasks with
@@ -72,9 +73,11 @@ def test_behaviour_shape_on_test_tasks(bench, policy):
   assert iv["success_rate"] >= 0.5
 
 
-def test_shipped_build_copies_coordinates_teacher_forced():
-  """The build's measured property (model card): given the right name, it copies that place's
-  coordinate out of the tool results (experiments/name_copy_check.py, held-out train-split episodes)."""
+def test_shipped_build_copies_coordinates_and_reads_names_teacher_forced():
+  """The build's measured properties (model card): given the right name, it copies that place's
+  coordinate out of the tool results; a search names one of the request's places, and the first
+  search the right one (experiments/name_copy_check.py, held-out train-split episodes; measured on
+  these 6: coordinates 20/20, search names 13/20, a request name 20/20, first search 6/6)."""
   import importlib.util
   import pathlib
 
@@ -85,4 +88,7 @@ def test_shipped_build_copies_coordinates_teacher_forced():
   out = mod.measure(str(POLICY), episodes=6)
   assert out["coordinates"]["n"] >= 15
   assert out["coordinates"]["copied"] >= 0.9
-  assert 0.0 <= out["search names"]["copied"] <= 1.0 and out["search names"]["n"] >= 12
+  assert out["search names"]["n"] >= 12
+  assert out["search names"]["argmax is a request name"] >= 0.9  # the old build: 0.08 (frequent names)
+  assert out["search names"]["copied"] >= 0.5
+  assert out["per search (copied)"]["search 1"] >= 0.8
