@@ -22,6 +22,7 @@ def test_quick_build_writes_checkpoint_metrics_and_plot(tmp_path):
   assert metrics["sft"]["steps"] == len(metrics["sft"]["losses"]) >= 2
   assert all(np.isfinite(metrics["sft"]["losses"]))
   assert metrics["data"]["kinds"]["plain"] + metrics["data"]["kinds"]["trusting"] == 16
+  assert metrics["data"]["kinds"]["name_swap"] == 50 and metrics["name_drills"]["steps"] >= 1
   policy = out / "policy"
   from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -37,3 +38,11 @@ def test_unknown_option_is_rejected():
 
   with pytest.raises(SystemExit):
     navigation_sft.main(["--no-such-option"])
+
+
+def test_eval_only_needs_a_built_policy(tmp_path):
+  sys.path.insert(0, "experiments")
+  import navigation_sft
+
+  with pytest.raises(SystemExit, match="metrics.json not found"):
+    navigation_sft.main(["--quick", "--eval-only", "--out", str(tmp_path / "none")])
