@@ -231,10 +231,9 @@ def evaluate_policy(args: argparse.Namespace, bench: Any, log: Any) -> dict[str,
   """The behaviour figures of the policy in ``args.policy_dir`` per split (see ``table``)."""
   from rti_jax.generation.jax_backend import JaxBackend
   from rti_jax.policy import evaluate as ev
-
-  pmodel, ptok, pfmt = ev.load_policy(args.policy_dir)
   from rti_jax.policy.tokenizer import PAD_TOKEN
 
+  pmodel, ptok, pfmt = ev.load_policy(args.policy_dir)
   backend = JaxBackend(pmodel, max_cache_len=2048, pad_id=ptok.convert_tokens_to_ids(PAD_TOKEN))
   evals: dict[str, Any] = {}
   for split, tasks in (("train", bench.train), ("test", bench.test)):

@@ -65,8 +65,8 @@ def add_type_direction(model: Qwen, token_ids: Sequence[int], scale: float, seed
   With large random embeddings (``scale_embeddings``) a whole-name token carries nothing that
   says it is a name, and attention cannot pick "the place names of the request" out of the
   context by a linear query; the shared direction makes that one query. Measured on the
-  first-turn name drill (docs/tiny_policy.md): 0% of search names copied without it, ~98% with
-  it (800 steps, with ``sharpen_qk_norm(model, 1.4)``).
+  first-turn name drill (docs/tiny_policy.md; 800 steps, q/k norm 1.4, 4 heads x 32): 35% of
+  the search names copied without it, 98% with a direction of norm 8.
   """
   ids = np.asarray(sorted({int(i) for i in token_ids}), np.int64)
   if ids.size == 0 or scale == 0.0:
@@ -85,7 +85,9 @@ def sharpen_qk_norm(model: Qwen, scale: float) -> None:
   With qk-norm the attention logit q.k/sqrt(d) is bounded by about ``scale**2 * sqrt(d)``;
   a larger start lets a tiny model attend sharply to one earlier token (copying a name or a
   coordinate out of a long context) from the first steps instead of after the norm weights
-  have slowly grown.
+  have slowly grown. Too large a start saturates the softmax: at 2.0 every head of the tiny
+  Navigation policy locked onto one format token and never learned to read the request's names;
+  the build uses 1.4 (docs/tiny_policy.md).
   """
   for layer in model.layers:
     for norm in (layer.attn.q_norm, layer.attn.k_norm):
