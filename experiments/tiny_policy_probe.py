@@ -102,6 +102,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--name-drills", type=int, default=0,
                  help="first-turn drills: train requests with other places' names, searched in order")
   p.add_argument("--kv-heads", type=int, default=1)
+  p.add_argument("--mode-type-init", type=float, default=0.0,
+                 help="add this times one shared random unit direction to the request's travel-verb tokens")
   p.add_argument("--qk", type=float, default=2.0, help="initial q/k RMSNorm weight (sft.sharpen_qk_norm)")
   p.add_argument("--wcopy", type=float, default=1.0)
   p.add_argument("--number-type-init", type=float, default=0.0,
@@ -281,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     add_type_direction(NUMBER_TOKEN, args.number_type_init, 7)
   if args.name_type_init:
     add_type_direction(PLACE_NAME_TOKEN, args.name_type_init, 8)
+  if args.mode_type_init:
+    from rti_jax.envs.navigation.words import MODE_VERBS
+    add_type_direction("|".join(MODE_VERBS.values()), args.mode_type_init, 9)
   if args.freeze:
     def frozen_optimizer(m: Qwen, cfg: sft.SFTConfig, total: int) -> nnx.Optimizer:
       is_embed = lambda params: jax.tree_util.tree_map_with_path(  # noqa: E731
@@ -301,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
   res = sft.train(model, data, cfg, pad, log=lambda s: print(s, flush=True), log_every=args.log_every)
 
   sums = {k: [0.0, 0] for k in ("name", "num", "numtext", "other", "loc_route", "loc_call")}
-  hits = {"loc_route": [0, 0], "loc_call": [0, 0], "name_search": [0, 0], "name_after_results": [0, 0]}
+  hits = {"loc_route": [0, 0], "loc_call": [0, 0], "name_search": [0, 0], "name_after_results": [0, 0], "mode": [0, 0]}
+  modes = {"driving", "walking", "bicycling", "electrobike", "transit"}
   for x in held_out:
     n = len(x.token_ids)
     ids = jnp.asarray([list(x.token_ids) + [pad] * (1024 - n)])
@@ -326,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
         c = "name_search" if t + 1 < first_result else "name_after_results"
         hits[c][0] += int(int(jnp.argmax(logp[t])) == int(x.token_ids[t + 1]))
         hits[c][1] += 1
+      if s in modes and toks[t].startswith('":'):  # the direction call's travel mode
+        hits["mode"][0] += int(int(jnp.argmax(logp[t])) == int(x.token_ids[t + 1]))
+        hits["mode"][1] += 1
       if re.fullmatch(LOC_TOKEN, s):  # a whole coordinate: its NLL and whether argmax copies it
         c = "loc_call" if inside else "loc_route"
         sums[c][0] += float(nll[t])
