@@ -272,12 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     model.norm.scale.set_value(jnp.full(model.norm.scale.shape, args.final_norm, model.norm.scale.dtype))
 
   def add_type_direction(pattern: str, scale: float, seed: int) -> None:
-    """Adds ``scale`` times one shared random unit direction to the embedding of every token matching ``pattern``."""
-    emb = model.embed.embedding
+    """``sft.add_type_direction`` on every token matching ``pattern``."""
     vocab = tok.convert_ids_to_tokens(list(range(len(tok))))
-    rows = np.asarray([bool(re.fullmatch(pattern, t)) for t in vocab] + [False] * (emb.shape[0] - len(vocab)))
-    u = np.random.default_rng(seed).normal(size=emb.shape[1])
-    emb.set_value(emb[...] + jnp.asarray(rows[:, None] * (scale * u / np.linalg.norm(u))[None, :], emb.dtype))
+    sft.add_type_direction(model, [i for i, t in enumerate(vocab) if re.fullmatch(pattern, t)], scale, seed=seed)
 
   if args.number_type_init:
     add_type_direction(NUMBER_TOKEN, args.number_type_init, 7)
