@@ -87,13 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     while len(out) < n:
       task = plain[int(rng.integers(len(plain)))]
       new = [str(x) for x in rng.choice(pool, size=len(task.stops), replace=False)]
-      q = task.query
-      for i, s in enumerate(task.stops):
-        q = q.replace(s.name, f"\x00{i}\x00")
-      if any(f"\x00{i}\x00" not in q for i in range(len(task.stops))):
+      swapped = sft_data.swap_names([task.query], [s.name for s in task.stops], new)
+      if swapped is None:
         continue
-      for i, name in enumerate(new):
-        q = q.replace(f"\x00{i}\x00", name)
+      q = swapped[0]
       order = new if args.order == "route" else sorted(new, key=q.index)
       turn = render_turn(SEARCH_FIRST, [ToolCall("poi_search", {"address": x}) for x in order])
       prompt = tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)

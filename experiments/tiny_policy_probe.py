@@ -163,7 +163,7 @@ def name_drills(tasks: list[Any], world: Any, fmt: Any, n: int, seed: int = 6) -
   map, and the first turn that searches each stop in order (only that turn is trained)."""
   from rti_jax.envs.navigation.agents import SEARCH_FIRST, render_turn
   from rti_jax.envs.tool_calls import ToolCall
-  from rti_jax.policy.sft_data import SFTExample
+  from rti_jax.policy.sft_data import SFTExample, swap_names
 
   rng = np.random.default_rng(seed)
   names = sorted({p.name for p in world.pois})
@@ -172,13 +172,10 @@ def name_drills(tasks: list[Any], world: Any, fmt: Any, n: int, seed: int = 6) -
   while len(out) < n:
     task = plain[int(rng.integers(len(plain)))]
     new = [str(x) for x in rng.choice(names, size=len(task.stops), replace=False)]
-    query = task.query
-    for i, s in enumerate(task.stops):  # placeholders first, so a new name equal to an old one is safe
-      query = query.replace(s.name, f"@{i}@")
-    if any(f"@{i}@" not in query for i in range(len(task.stops))):
+    swapped = swap_names([task.query], [s.name for s in task.stops], new)
+    if swapped is None:
       continue
-    for i, name in enumerate(new):
-      query = query.replace(f"@{i}@", name)
+    query = swapped[0]
     turn = render_turn(SEARCH_FIRST, [ToolCall("poi_search", {"address": x}) for x in new])
     prompt = fmt.tokenizer.apply_chat_template([{"role": "user", "content": query}], tokenize=False,
                                                add_generation_prompt=True)

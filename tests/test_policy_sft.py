@@ -259,3 +259,10 @@ def test_place_name_token_ids_are_whole_poi_names(setup):
   assert labelled and all(tok.convert_tokens_to_ids(t) in ids for t in labelled)
   others = set(tok.get_vocab().values()) - set(ids)
   assert not any(t.replace("\u0120", " ").strip() in names for t in tok.convert_ids_to_tokens(sorted(others)))
+
+
+def test_swap_names_uses_placeholders_and_needs_every_name_in_every_text():
+  # a new name equal to an old one is not swapped twice
+  assert sft_data.swap_names(["from A to B", "A; B"], ["A", "B"], ["B", "C"]) == ["from B to C", "B; C"]
+  assert sft_data.swap_names(["from A to B", "B"], ["A", "B"], ["X", "Y"]) is None
+  assert sft_data.swap_names(["Hill Park and Hill"], ["Hill Park", "Hill"], ["X", "Y"]) == ["X and Y"]

@@ -269,6 +269,19 @@ def build_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: Chat
   return out
 
 
+def swap_names(texts: Sequence[str], old: Sequence[str], new: Sequence[str]) -> list[str] | None:
+  """``texts`` with ``old[i]`` replaced by ``new[i]`` (in the order given; placeholders first, so a
+  new name equal to an old one is safe), or None when some text does not mention every old name."""
+  out = list(texts)
+  for i, name in enumerate(old):
+    out = [t.replace(name, f"\x00{i}\x00") for t in out]
+  if any(f"\x00{i}\x00" not in t for t in out for i in range(len(old))):
+    return None
+  for i, name in enumerate(new):
+    out = [t.replace(f"\x00{i}\x00", name) for t in out]
+  return out
+
+
 def name_swap_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: ChatFormatter, num: int,
                        seed: int = 0) -> list[SFTExample]:
   """``num`` first-turn drills (kind ``name_swap``, see the module docstring) from ``tasks``
@@ -291,13 +304,10 @@ def name_swap_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: 
     first = OracleAgent(task).act(list(messages))
     stops = sorted({s.name for s in task.stops}, key=len, reverse=True)  # longer first: no partial replacement
     new = [str(x) for x in rng.choice(names, size=len(stops), replace=False)]
-    user, turn = messages[1]["content"], first
-    for i, old in enumerate(stops):  # placeholders first, so a new name equal to an old one is safe
-      user, turn = user.replace(old, f"\x00{i}\x00"), turn.replace(old, f"\x00{i}\x00")
-    if any(f"\x00{i}\x00" not in user or f"\x00{i}\x00" not in turn for i in range(len(stops))):
+    swapped = swap_names([messages[1]["content"], first], stops, new)
+    if swapped is None:
       continue
-    for i, name in enumerate(new):
-      user, turn = user.replace(f"\x00{i}\x00", name), turn.replace(f"\x00{i}\x00", name)
+    user, turn = swapped
     ids, mask = encode_messages(formatter, [messages[0], {"role": "user", "content": user},
                                             {"role": "assistant", "content": turn}])
     out.append(SFTExample(task.task_id, "name_swap", tuple(ids), tuple(mask)))
