@@ -121,6 +121,8 @@ def test_template_structured_calls_and_reasoning_parse_back(tok):
 def test_tools_block_only_when_the_system_prompt_lacks_it(bench, tok):
   env = nav.NavigationEnv(bench.world)
   msgs = env.reset(bench.train[0])
+  assert msgs[0]["content"] == nav.system_prompt(condensed=True)  # the tiny setting's short prompt
+  msgs = [{"role": "system", "content": nav.system_prompt(terse=True)}, msgs[1]]  # the full layout
   plain = ChatFormatter(tok).prompt_ids(msgs)
   assert ChatFormatter(tok, env.tool_schemas()).prompt_ids(msgs) == plain  # the system prompt lists them
   other = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]

@@ -31,6 +31,7 @@ class NavConfig:
   # Tools.
   max_results: int = 3  # candidates returned by poi_search / around_search
   terse: bool = False  # candidates show name, city, location, type only; schemas without descriptions
+  condensed_prompt: bool = False  # system message: env.CONDENSED_PROMPT (tool signatures, not JSON schemas)
   # Tasks (inverse construction, Stages 1-3).
   min_stops: int = 3
   max_stops: int = 9
@@ -69,6 +70,7 @@ TINY = NavConfig(
     decimals=4,
     max_results=2,
     terse=True,
+    condensed_prompt=True,
     min_stops=2,
     max_stops=4,
     hint_prob=0.1,

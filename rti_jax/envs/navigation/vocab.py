@@ -92,7 +92,7 @@ def vocabulary() -> tuple[str, ...]:
   world_words = [c[0] for c in words.CITIES] + list(words.STEMS) + list(words.SCENIC_CATEGORIES)
   world_words += list(words.OTHER_CATEGORIES) + list(words.OTHER_CATEGORIES.values())
   world_words += [words.SCENIC_TYPE, *words.STREET_KINDS, *words.MODES, *words.MODE_VERBS.values()]
-  texts = [env.system_prompt(), json.dumps(tools.tool_schemas()), *world_words, *_probe_texts(),
+  texts = [env.system_prompt(), env.system_prompt(condensed=True), json.dumps(tools.tool_schemas()), *world_words, *_probe_texts(),
            *_template_texts(), *_agent_texts(), "direction poi_search around_search name arguments"]
   tokens = set(SPECIAL_TOKENS) | set(string.digits) | set(string.punctuation)
   for t in texts:
