@@ -96,3 +96,20 @@ def test_cli_stats_generate_and_sft(tmp_path, capsys):
   assert len(rows) == 8 and all(r["reward"] == 1.0 and r["messages"][0]["role"] == "system" for r in rows)
   assert main(["stats", "--config", "tiny", "--min-stops", "5", "--max-stops", "3"]) == 2
   assert "min_stops" in capsys.readouterr().err
+
+
+def test_first_turn_searches_follow_the_request_order():
+  bench = load_benchmark("tiny")
+  env = NavigationEnv(bench.world)
+  reordered = 0
+  for task in bench.train[:200]:
+    first = OracleAgent(task).act(env.reset(task))
+    names = [c.arguments["address"] for c in parse_assistant_turn(first).tool_calls]
+    assert sorted(names) == sorted(s.name for s in task.stops)
+    # each name's first whole-word mention in the request comes after the previous one's
+    where = [re.search(re.escape(n) + r"(?![A-Za-z]| [A-Z])", task.query).start() for n in names]
+    assert where == sorted(where), (task.query, names)
+    reordered += names != [s.name for s in task.stops]
+    if task.template == "end_b":  # "My last stop must be X. Before that, ...": X is searched first
+      assert names[0] == task.stops[-1].name
+  assert reordered > 10  # some templates mention the stops out of route order

@@ -40,7 +40,8 @@ import numpy as np
 
 from rti_jax.envs.navigation import NavigationEnv, NavTask, OracleAgent
 from rti_jax.envs.navigation.agents import (PLAN_NOW, SEARCH_FIRST, Candidate, _direction_call, _direction_done,
-                                            _final_answer, direction_call, observed_searches, parse_candidates, render_turn)
+                                            _final_answer, direction_call, mention_order, observed_searches,
+                                            parse_candidates, render_turn)
 from rti_jax.envs.tool_calls import ToolCall, parse_assistant_turn
 from rti_jax.intervention.judges import StepContext, feedback_message
 from rti_jax.intervention.rules_navigation import NavigationRuleValidator, NavigationRuleVerifier
@@ -125,7 +126,7 @@ class TrustingAgent:
         found.setdefault(call.arguments["address"], cands[0])
     if not found:
       calls = [ToolCall("poi_search", {"address": s.name, "region": s.city} if s.hinted else {"address": s.name})
-               for s in task.stops]
+               for s in mention_order(task)]
       return render_turn(SEARCH_FIRST, calls)
     if any(s.name not in found for s in task.stops):  # nothing found: cannot plan; answer
       return "I could not find every place."
