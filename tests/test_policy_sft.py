@@ -125,8 +125,9 @@ def test_common_prefix_is_the_untrained_system_turn(setup):
   _, _, tok, _, _, examples = setup
   p = sft.common_prefix_len(examples)
   assert all(list(e.token_ids[:p]) == list(examples[0].token_ids[:p]) and not any(e.loss_mask[:p]) for e in examples)
-  assert tok.decode(list(examples[0].token_ids[:p])).startswith("<|im_start|>system\nYou are a navigation assistant.")
-  assert p > 300
+  text = tok.decode(list(examples[0].token_ids[:p]))
+  assert text.startswith("<|im_start|>system\nYou are a navigation assistant.")
+  assert f"{nav.system_prompt(condensed=True)}<|im_end|>" in text  # the whole system turn is shared
 
 
 def test_batches_hold_every_example_once(setup):
@@ -158,6 +159,36 @@ def test_sft_loss_decreases_and_is_deterministic(setup):
   assert held < 0.8 * first and p > 0
   _, again = _tiny_run(small, 6.0)
   assert again.losses == res.losses
+
+
+def test_train_stops_early_when_asked_and_only_at_checks(setup):
+  _, _, _, _, _, examples = setup
+  small = [e for e in examples if e.kind in ("plain", "trusting")][:12]
+  cfg = sft.tiny_qwen3_config(1024, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64)
+  scfg = sft.SFTConfig(epochs=6.0, tokens_per_batch=6144, max_len=512, lr=1e-2, warmup_steps=2)
+  asked: list[int] = []
+  res = sft.train(Qwen(cfg, rngs=nnx.Rngs(0)), small, scfg, 0, stop=lambda k: asked.append(k) or k >= 6, check_every=3)
+  assert asked == [3, 6] and res.steps == len(res.losses) == 6
+  full = sft.train(Qwen(cfg, rngs=nnx.Rngs(0)), small, scfg, 0)
+  assert full.steps > 6 and full.losses[:6] == res.losses  # the same steps up to the stop
+
+
+def test_frozen_token_rows_stay_exact_while_the_others_train(setup):
+  _, _, _, _, _, examples = setup
+  small = [e for e in examples if e.kind in ("plain", "trusting")][:4]
+  used = sorted({t for e in small for t, m in zip(e.token_ids, e.loss_mask) if m})
+  frozen, free = used[::2], used[1::2]
+  cfg = sft.tiny_qwen3_config(1024, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64)
+  model = Qwen(cfg, rngs=nnx.Rngs(0))
+  before = np.asarray(model.embed.embedding[...]).copy()
+  scfg = sft.SFTConfig(epochs=2.0, tokens_per_batch=6144, max_len=512, lr=1e-2, warmup_steps=1,
+                       frozen_token_ids=tuple(frozen))
+  sft.train(model, small, scfg, pad_id=0)
+  after = np.asarray(model.embed.embedding[...])
+  np.testing.assert_array_equal(after[frozen], before[frozen])  # weight decay included
+  assert np.abs(after[free] - before[free]).sum(1).min() > 0
+  with pytest.raises(ValueError, match="token_ids"):
+    sft.freeze_rows(model, [1024])
 
 
 def test_bad_settings_are_named():
