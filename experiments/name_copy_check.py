@@ -1,12 +1,16 @@
 """Diagnostic: does a Navigation policy copy place names and coordinates? (teacher-forced)
 
-For scripted plain / trusting episodes of held-out *train-split* tasks (the test split is never
-read), it runs the policy once over each whole episode and, at every trained position that holds a
-whole place-name or coordinate token, checks the argmax. Names of the first turn (the searches,
-copied from the request) are reported apart from names written after the results, with how often
-the argmax is one of the request's own names and the accuracy per search position.
+For scripted plain / trusting episodes of the last 40 *train-split* tasks (the test split is never
+read; ``navigation_sft --holdout 40``, the default, keeps these tasks out of the build's SFT), it
+runs the policy once over each whole episode and, at every trained position that holds a whole
+place-name or coordinate token, checks the argmax. Names of the first turn (the searches, copied
+from the request) are reported apart from names written after the results, with how often the
+argmax is one of the request's own names and the accuracy per search position. ``--swapped`` checks
+first turns of the same tasks with their stop names swapped for random places of the map instead
+(``sft_data.name_swap_examples``): reading, not recall of a trained request.
 
     python experiments/name_copy_check.py --policy policies/navigation_tiny --episodes 30
+    python experiments/name_copy_check.py --swapped --episodes 60
 """
 
 from __future__ import annotations
@@ -25,20 +29,35 @@ PLACE_NAME = r"[A-Z][a-z]+(?:Ġ[A-Z][a-z]+)+Ġ?"
 COORDINATE = r"Ġ?[0-9]+\.[0-9]+,[0-9]+\.[0-9]+"
 
 
-def measure(policy: str, episodes: int) -> dict[str, dict[str, object]]:
-  """The copy figures printed by ``main`` (see the module docstring)."""
+def measure(policy: str, episodes: int, swapped: bool = False) -> dict[str, dict[str, object]]:
+  """The copy figures printed by ``main`` (see the module docstring) for the checkpoint ``policy``."""
+  from rti_jax.policy import evaluate as ev
+
+  model, tok, fmt = ev.load_policy(policy)
+  return measure_model(model, tok, fmt, episodes, swapped)
+
+
+def measure_model(model: object, tok: object, fmt: object, episodes: int, swapped: bool = False,
+                  tasks: list[object] | None = None, system_turn: bool = True) -> dict[str, dict[str, object]]:
+  """``measure`` for a model in memory (e.g. mid-build) with its tokenizer and chat formatter;
+  ``tasks``: train-split tasks to draw from (default: the last 40); ``system_turn=False``: the
+  sequences without their system turn (as the build's name drills are trained)."""
   import jax.numpy as jnp
   import numpy as np
 
   from rti_jax.envs import navigation as nav
-  from rti_jax.policy import evaluate as ev
   from rti_jax.policy import sft_data
 
   bench = nav.load_benchmark("tiny")
   env = nav.NavigationEnv(bench.world)
-  model, tok, fmt = ev.load_policy(policy)
-  examples = [x for x in sft_data.build_examples(bench.train[560:], env, fmt, sft_data.MixConfig(seed=99))
-              if x.kind in ("plain", "trusting")][:episodes]
+  tasks = bench.train[-40:] if tasks is None else list(tasks)
+  if swapped:  # first turns only, the stop names swapped for random places (sft_data.name_swap_examples)
+    examples = sft_data.name_swap_examples(tasks, env, fmt, episodes, seed=99)
+  else:
+    examples = [x for x in sft_data.build_examples(tasks, env, fmt, sft_data.MixConfig(seed=99))
+                if x.kind in ("plain", "trusting")][:episodes]
+  if not system_turn:
+    examples = [sft_data.without_system_turn(fmt, x) for x in examples]
   c: collections.Counter[str] = collections.Counter()
   for x in examples:
     n = len(x.token_ids)
@@ -79,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
   p = argparse.ArgumentParser(prog="name_copy_check", description=__doc__.split("\n")[0])
   p.add_argument("--policy", default=os.path.join(ROOT, "policies", "navigation_tiny"))
   p.add_argument("--episodes", type=int, default=30)
+  p.add_argument("--swapped", action="store_true",
+                 help="first-turn drills whose stop names are swapped for random places, instead of episodes")
   args = p.parse_args(argv)
-  print(json.dumps(measure(args.policy, args.episodes), indent=1))
+  print(json.dumps(measure(args.policy, args.episodes, args.swapped), indent=1))
   return 0
 
 

@@ -22,8 +22,9 @@ import time
 from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-  sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "experiments"):
+  if str(_path) not in sys.path:
+    sys.path.insert(0, str(_path))
 
 DEFAULT_POLICY_DIR = ROOT / "policies" / "navigation_tiny"
 
@@ -47,8 +48,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       "(sft.add_type_direction; 0 = off)")
   p.add_argument("--name-swap", type=int, default=1000,
                  help="first-turn drills with swapped stop names (sft_data.name_swap_examples) in the main mix")
-  p.add_argument("--name-drill-steps", type=int, default=800,
-                 help="stage 0: steps on first-turn drills alone (without the system turn; 0 = skip)")
+  p.add_argument("--name-drill-steps", type=int, default=4000,
+                 help="stage 0: at most this many steps on first-turn drills alone (without the system turn; 0 = skip)")
+  p.add_argument("--name-drill-target", type=float, default=0.9,
+                 help="stage 0 ends early once this share of the search names of held-out drills is read right "
+                      "(checked every 200 steps on --reading-checks drills of the --holdout tasks; > 1 = never)")
   p.add_argument("--embed-std", type=float, default=1.0,
                  help="init std of the tied embeddings (0.02 is the usual; see sft.scale_embeddings)")
   p.add_argument("--final-norm-init", type=float, default=0.03, help="initial final RMSNorm weight")
@@ -63,6 +67,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--tokens-per-batch", type=int, default=4096)
   p.add_argument("--resolve-share", type=float, default=0.06,
                  help="share of disambiguation tasks whose decisive re-search is trained")
+  p.add_argument("--holdout", type=int, default=40,
+                 help="last train-split tasks kept out of SFT, for diagnostics such as experiments/name_copy_check.py")
+  p.add_argument("--reading-checks", type=int, default=30,
+                 help="held-out first turns / episodes for the teacher-forced reading checks after each stage "
+                      "(experiments/name_copy_check.py; 0 = skip)")
   p.add_argument("--eval-tasks", type=int, default=None, help="tasks per kind (disambiguation / plain) per split")
   p.add_argument("--eval-samples", type=int, default=8, help="samples per task at temperature 1")
   p.add_argument("--no-eval", action="store_true")
@@ -86,6 +95,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   if args.policy_dir is None:
     args.policy_dir = os.path.join(args.out, "policy") if args.quick else str(DEFAULT_POLICY_DIR)
   return args
+
+
+def split_train(train: list[Any], holdout: int) -> tuple[list[Any], list[Any]]:
+  """(SFT tasks, held-out tasks): the last ``holdout`` train-split tasks are kept out of SFT for
+  diagnostics (the test split is never read by the build's training)."""
+  if not 0 <= holdout < len(train):
+    raise SystemExit(f"--holdout must be in [0, {len(train)}), got {holdout}")
+  return list(train[:len(train) - holdout]), list(train[len(train) - holdout:])
 
 
 def pick(tasks: list[Any], n: int) -> list[Any]:
@@ -142,7 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     save_metrics(args, metrics, metrics.get("wall_s", 0.0) + time.time() - t_start, log)
     return 0
   env = nav.NavigationEnv(bench.world)
-  train_tasks = bench.train[:16] if args.quick else bench.train
+  train_tasks, held = split_train(bench.train, args.holdout)
+  if args.quick:
+    train_tasks = train_tasks[:16]
+  checks = args.reading_checks > 0 and bool(held) and not args.quick
 
   # Tokenizer: trained on train-split transcripts plus every benchmark token.
   tok = build_tokenizer(sft_data.corpus_texts(train_tasks, env) + list(nav.vocabulary()), args.vocab,
@@ -172,10 +192,24 @@ def main(argv: list[str] | None = None) -> int:
     dcfg = sft.SFTConfig(lr=args.lr, tokens_per_batch=2048, max_len=1024, len_multiple=32, seed=args.seed + 2)
     per_epoch = len(sft.make_batches(drills, dcfg, np.random.default_rng(0), pad_id, sft.common_prefix_len(drills)))
     dcfg = dataclasses.replace(dcfg, epochs=args.name_drill_steps / per_epoch)
-    dres = sft.train(model, drills, dcfg, pad_id, log=lambda s: log("names " + s), log_every=100)
+    curve: list[tuple[int, float]] = []
+
+    def names_read(step: int) -> bool:
+      import name_copy_check
+
+      m = name_copy_check.measure_model(model, tok, fmt, args.reading_checks, swapped=True, tasks=held, system_turn=False)
+      curve.append((step, m["search names"]["copied"]))
+      log(f"names: step {step}, held-out drills read right {curve[-1][1]:.2f}")
+      return curve[-1][1] >= args.name_drill_target
+
+    dres = sft.train(model, drills, dcfg, pad_id, log=lambda s: log("names " + s), log_every=100,
+                     stop=names_read if checks else None, check_every=200)
     log(f"name drills: {dres.steps} steps in {dres.wall_s:.0f}s, final loss {np.mean(dres.losses[-10:]):.4f}")
     name_stage = {"steps": dres.steps, "wall_s": dres.wall_s, "examples": len(drills),
-                  "final_loss": float(np.mean(dres.losses[-10:]))}
+                  "final_loss": float(np.mean(dres.losses[-10:])), "held_out_read": curve}
+    if checks:
+      name_stage["reading"] = reading_check(model, tok, fmt, args.reading_checks, held, swapped_only=True)
+      log(f"reading after the name drills: {json.dumps(name_stage['reading'])}")
   if args.copy_examples > 0:
     # Stage 0: synthetic copying over the tokenizer's word and number tokens.
     pool = [i for t, i in tok.get_vocab().items() if t.isalnum() or t.replace(".", "").isdigit()]
@@ -196,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     result = sft.SFTResult(losses=warm.losses + result.losses, steps=warm.steps + result.steps,
                            wall_s=warm.wall_s + result.wall_s, tokens_trained=warm.tokens_trained + result.tokens_trained)
   log(f"SFT: {result.steps} steps in {result.wall_s:.0f}s, final loss {np.mean(result.losses[-10:]):.4f}")
+  reading = reading_check(model, tok, fmt, args.reading_checks, held) if checks else None
+  if reading:
+    log(f"reading after SFT: {json.dumps(reading)}")
 
   os.makedirs(args.policy_dir, exist_ok=True)
   save_pretrained(model, mcfg, args.policy_dir)
@@ -204,10 +241,12 @@ def main(argv: list[str] | None = None) -> int:
   metrics: dict[str, Any] = {
     "name_drills": name_stage if args.name_drill_steps > 0 else None,
     "seed": args.seed, "quick": args.quick, "policy_dir": os.path.relpath(args.policy_dir, ROOT),
+    "sft_tasks": len(train_tasks), "holdout_tasks": [t.task_id for t in held],
     "tokenizer_size": len(tok), "model": mcfg.to_hf_dict(), "params": n_params,
     "sft": {"steps": result.steps, "wall_s": result.wall_s, "losses": result.losses,
             "tokens_trained": result.tokens_trained, "config": vars(scfg) if hasattr(scfg, "__dict__") else str(scfg)},
     "data": data_summary, "mix": vars(mix) if hasattr(mix, "__dict__") else str(mix),
+    "reading": reading,
   }
 
   # Saved before the evaluation, so a failed evaluation loses nothing (--eval-only reruns it).
@@ -216,6 +255,23 @@ def main(argv: list[str] | None = None) -> int:
     metrics["eval"] = evaluate_policy(args, bench, log)
     save_metrics(args, metrics, time.time() - t_start, log)
   return 0
+
+
+def reading_check(model: Any, tok: Any, fmt: Any, n: int, tasks: list[Any], swapped_only: bool = False) -> dict[str, Any]:
+  """Teacher-forced argmax accuracy of search names (and coordinates) on held-out train tasks:
+  ``n`` first turns with swapped stop names, and unless ``swapped_only`` ``n`` whole episodes
+  (``experiments/name_copy_check.py``)."""
+  import name_copy_check
+
+  def brief(m: dict[str, Any]) -> dict[str, Any]:
+    return {"search_names": m["search names"]["copied"], "a_request_name": m["search names"]["argmax is a request name"],
+            "by_search": m["per search (copied)"], "names_after_results": m["names after results"]["copied"],
+            "coordinates": m["coordinates"]["copied"]}
+
+  out = {"swapped_first_turns": brief(name_copy_check.measure_model(model, tok, fmt, n, swapped=True, tasks=tasks))}
+  if not swapped_only:
+    out["episodes"] = brief(name_copy_check.measure_model(model, tok, fmt, n, tasks=tasks))
+  return out
 
 
 def save_metrics(args: argparse.Namespace, metrics: dict[str, Any], wall_s: float, log: Any) -> None:

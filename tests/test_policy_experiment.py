@@ -23,6 +23,10 @@ def test_quick_build_writes_checkpoint_metrics_and_plot(tmp_path):
   assert all(np.isfinite(metrics["sft"]["losses"]))
   assert metrics["data"]["kinds"]["plain"] + metrics["data"]["kinds"]["trusting"] == 16
   assert metrics["data"]["kinds"]["name_swap"] == 50 and metrics["name_drills"]["steps"] >= 1
+  from rti_jax.envs import navigation as nav
+
+  train = nav.load_benchmark("tiny").train
+  assert metrics["holdout_tasks"] == [t.task_id for t in train[-40:]] and metrics["sft_tasks"] == 16
   policy = out / "policy"
   from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -46,3 +50,15 @@ def test_eval_only_needs_a_built_policy(tmp_path):
 
   with pytest.raises(SystemExit, match="metrics.json not found"):
     navigation_sft.main(["--quick", "--eval-only", "--out", str(tmp_path / "none")])
+
+
+def test_holdout_keeps_the_last_train_tasks_out_of_sft():
+  sys.path.insert(0, "experiments")
+  import navigation_sft
+
+  tasks = list(range(10))
+  assert navigation_sft.split_train(tasks, 3) == ([0, 1, 2, 3, 4, 5, 6], [7, 8, 9])
+  assert navigation_sft.split_train(tasks, 0) == (tasks, [])
+  for bad in (-1, 10):
+    with pytest.raises(SystemExit, match="--holdout"):
+      navigation_sft.split_train(tasks, bad)
