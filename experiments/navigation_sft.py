@@ -327,8 +327,16 @@ def write_card(args: argparse.Namespace, metrics: dict[str, Any], path: str) -> 
     f"Pre-tokenizer: {PATTERN_NOTES[args.pattern]}; "
     f"init: embeddings std {args.embed_std}, final norm {args.final_norm_init}, q/k norm {args.qk_norm_init}, "
     f"a shared place-name direction of norm {args.name_type_init}; {args.heads} heads x {args.head_dim}; "
-    f"stage 0: {args.name_drill_steps} steps on first-turn name drills (why: docs/tiny_policy.md).",
+    f"stage 0: {(metrics.get('name_drills') or {}).get('steps', args.name_drill_steps)} steps on first-turn name "
+    f"drills (why: docs/tiny_policy.md). Searches in the order the request names the places; "
+    f"{len(metrics.get('holdout_tasks') or [])} train tasks held out of SFT for diagnostics.",
   ]
+  ep = (metrics.get("reading") or {}).get("episodes")
+  if ep:
+    by = " / ".join(f"{v:.0%}" for v in ep["by_search"].values())
+    lines += ["", "Teacher-forced on held-out train episodes (argmax): coordinates copied "
+              f"{ep['coordinates']:.0%}; search names right {ep['search_names']:.0%} (by search {by}), "
+              f"one of the request's names {ep['a_request_name']:.0%}; names after the results {ep['names_after_results']:.0%}."]
   if metrics.get("note"):
     lines += ["", f"Note: {metrics['note']}."]
   if "eval" in metrics:

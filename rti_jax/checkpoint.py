@@ -64,10 +64,14 @@ class TrainCheckpointer:
     if step is None:
       return None
     item = {"state": template, "key": jax.random.key_data(jax.random.key(0))}
-    out = self._manager.restore(
-        step,
-        args=ocp.args.Composite(state=ocp.args.StandardRestore(item), meta=ocp.args.JsonRestore()),
-    )
+    try:
+      out = self._manager.restore(
+          step,
+          args=ocp.args.Composite(state=ocp.args.StandardRestore(item), meta=ocp.args.JsonRestore()),
+      )
+    except ValueError as e:  # e.g. a run dir left by another policy: shapes differ
+      raise ValueError(f"checkpoint {step} in {self.directory} does not fit this model and optimizer "
+                       f"(resume only with the policy and config that wrote it, or use a new run dir): {e}") from e
     key = jax.random.wrap_key_data(np.asarray(out["state"]["key"]))
     return Restored(step=step, state=out["state"]["state"], key=key, meta=dict(out["meta"]))
 

@@ -3,6 +3,7 @@
 import jax
 import numpy as np
 import optax
+import pytest
 from flax import nnx
 
 from rti_jax.checkpoint import TrainCheckpointer
@@ -62,3 +63,11 @@ def test_keeps_only_the_newest(tmp_path):
     ckpt.save(step, state, jax.random.key(step), {"iteration": step})
   assert ckpt.latest_step() == 3
   assert sorted(int(p.name) for p in (tmp_path / "c").iterdir() if p.name.isdigit()) == [2, 3]
+
+
+def test_a_checkpoint_of_another_model_is_named_not_half_loaded(tmp_path):
+  _, _, state = _setup(0)
+  TrainCheckpointer(tmp_path / "c").save(1, state, jax.random.key(0), {"iteration": 1})
+  other = jax.tree.map(lambda x: jax.numpy.zeros((x.shape[0] + 1,) + x.shape[1:], x.dtype) if x.ndim else x, state)
+  with pytest.raises(ValueError, match="does not fit this model"):
+    TrainCheckpointer(tmp_path / "c").restore(other)
