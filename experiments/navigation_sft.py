@@ -50,6 +50,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                  help="first-turn drills with swapped stop names (sft_data.name_swap_examples) in the main mix")
   p.add_argument("--name-drill-steps", type=int, default=4000,
                  help="stage 0: at most this many steps on first-turn drills alone (without the system turn; 0 = skip)")
+  p.add_argument("--name-drill-examples", type=int, default=None,
+                 help="distinct stage-0 drills (default: 16 per step, as the shipped build; on the drill bench "
+                      "8000 were read at 97% and 32000 at 54%, docs/tiny_policy.md)")
   p.add_argument("--name-drill-target", type=float, default=0.9,
                  help="stage 0 ends early once this share of the search names of held-out drills is read right "
                       "(checked every 200 steps on --reading-checks drills of the --holdout tasks; > 1 = never)")
@@ -188,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
   if args.name_drill_steps > 0:
     # Stage 0: reading stop names out of requests, on first-turn drills alone (short sequences).
     drills = [sft_data.without_system_turn(fmt, e)
-              for e in sft_data.name_swap_examples(train_tasks, env, fmt, 16 * args.name_drill_steps, seed=args.seed + 9)]
+              for e in sft_data.name_swap_examples(train_tasks, env, fmt, args.name_drill_examples or 16 * args.name_drill_steps,
+                                                   seed=args.seed + 9)]
     dcfg = sft.SFTConfig(lr=args.lr, tokens_per_batch=2048, max_len=1024, len_multiple=32, seed=args.seed + 2)
     per_epoch = len(sft.make_batches(drills, dcfg, np.random.default_rng(0), pad_id, sft.common_prefix_len(drills)))
     dcfg = dataclasses.replace(dcfg, epochs=args.name_drill_steps / per_epoch)

@@ -16,13 +16,15 @@ def test_quick_build_writes_checkpoint_metrics_and_plot(tmp_path):
   import navigation_sft
 
   out = tmp_path / "run"
-  assert navigation_sft.main(["--quick", "--no-eval", "--out", str(out), "--epochs", "0.5"]) == 0
+  assert navigation_sft.main(["--quick", "--no-eval", "--out", str(out), "--epochs", "0.5",
+                               "--name-drill-examples", "40"]) == 0
   metrics = json.loads((out / "metrics.json").read_text())
   assert (out / "loss.png").stat().st_size > 1000
   assert metrics["sft"]["steps"] == len(metrics["sft"]["losses"]) >= 2
   assert all(np.isfinite(metrics["sft"]["losses"]))
   assert metrics["data"]["kinds"]["plain"] + metrics["data"]["kinds"]["trusting"] == 16
   assert metrics["data"]["kinds"]["name_swap"] == 50 and metrics["name_drills"]["steps"] >= 1
+  assert metrics["name_drills"]["examples"] == 40
   from rti_jax.envs import navigation as nav
 
   train = nav.load_benchmark("tiny").train
