@@ -301,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
 
   sums = {k: [0.0, 0] for k in ("name", "num", "numtext", "other", "loc_route", "loc_call")}
   hits = {"loc_route": [0, 0], "loc_call": [0, 0], "name_search": [0, 0], "name_after_results": [0, 0], "mode": [0, 0]}
-  modes = {"driving", "walking", "bicycling", "electrobike", "transit"}
+  from rti_jax.envs.navigation.words import MODES
+  modes = set(MODES)
   for x in held_out:
     n = len(x.token_ids)
     ids = jnp.asarray([list(x.token_ids) + [pad] * (1024 - n)])
