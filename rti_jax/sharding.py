@@ -271,6 +271,8 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
   and sums the loss numerators, denominators and numerator gradients; the loss and gradients
   then equal the full-batch ones exactly (up to float summation order). Metrics are the mean
   over micro-batches. donate: donate the input state buffers to the step.
+  Gradients take each parameter's dtype, so a step returns a state of the same dtypes (bf16
+  parameters keep bf16 moments; keep fp32 parameters for fp32 master weights).
   Parameters and optimizer moments are sharded by ``param_shardings``; the batch dimension by
   the ``"batch"`` rule; loss and metrics are replicated.
   """
@@ -328,7 +330,10 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
       metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), ms)
     scale = 1.0 / jnp.maximum(den, 1.0)
     loss = num * scale
-    grads = jax.tree.map(lambda x: x * scale, g)
+    # Gradients in each parameter's dtype: the fp32 loss scale would otherwise promote the
+    # gradients of bf16 parameters, and with them the optimizer moments, to fp32 after the first
+    # step, so the state would change dtype (a second compile, and donation could not reuse it).
+    grads = jax.tree.map(lambda x, p: (x * scale).astype(p.dtype), g, state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     return TrainState(params, state.rest, opt_state), StepOutput(loss, grads, metrics)

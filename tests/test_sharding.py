@@ -113,9 +113,9 @@ def test_make_mesh_validates_sizes() -> None:
 
 class _TinyLM(nnx.Module):
 
-  def __init__(self, rngs: nnx.Rngs, vocab: int = 11, dim: int = 6):
-    self.embed = nnx.Embed(vocab, dim, rngs=rngs)
-    self.head = nnx.Linear(dim, vocab, rngs=rngs)
+  def __init__(self, rngs: nnx.Rngs, vocab: int = 11, dim: int = 6, param_dtype=np.float32):
+    self.embed = nnx.Embed(vocab, dim, param_dtype=param_dtype, rngs=rngs)
+    self.head = nnx.Linear(dim, vocab, param_dtype=param_dtype, rngs=rngs)
 
   def __call__(self, input_ids, attention_mask):
     return self.head(self.embed(input_ids))
@@ -180,6 +180,28 @@ def test_micro_batched_step_equals_full_batch_step(k: int) -> None:
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-8)
   for a, b in zip(jax.tree.leaves(s_micro.params), jax.tree.leaves(s_full.params)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("micro_batches", [1, 2])
+def test_bf16_step_keeps_state_dtypes_and_compiles_once(micro_batches: int) -> None:
+  """bf16 parameters: the step's output state has the input's dtypes, so step 2 reuses step 1's
+  executable and the donated buffers (the fp32 loss scale used to promote the gradients and the
+  Adam moments of bf16 parameters to fp32 after the first step)."""
+  import jax.numpy as jnp
+
+  model = _TinyLM(nnx.Rngs(3), param_dtype=jnp.bfloat16)
+  ts = S.make_train_step(model, optax.adamw(1e-2, weight_decay=0.1),
+                         S.make_mesh(1, 1, 1, devices=jax.devices()[:1]), LossConfig(),
+                         micro_batches=micro_batches, donate=True)
+  before = [x.dtype for x in jax.tree.leaves(ts.state)]
+  assert jnp.bfloat16 in before
+  batch = ts.shard_batch(_batch())
+  state, out = ts.step(ts.state, batch)
+  assert [x.dtype for x in jax.tree.leaves(state)] == before
+  assert {g.dtype for g in jax.tree.leaves(out.grads)} == {jnp.dtype(jnp.bfloat16)}
+  state, out = ts.step(state, batch)
+  assert ts.step._cache_size() == 1
+  assert np.isfinite(float(out.loss))
 
 
 def test_micro_batches_must_divide_the_batch() -> None:
