@@ -31,7 +31,10 @@ class PolicyConfig:
   """Where the policy comes from. ``path`` is a local HF checkpoint directory."""
 
   path: str = MISSING
-  dtype: str = "float32"  # float32 | bfloat16 (parameters and activations)
+  dtype: str = "float32"  # float32 | bfloat16: activations and matmuls
+  # float32 | bfloat16 | "" (= dtype): parameters and optimizer moments. Keep float32 (master
+  # weights) with dtype bfloat16: updates of lr 1e-6 vanish in bf16 parameters.
+  param_dtype: str = "float32"
 
 
 @dataclasses.dataclass
@@ -164,6 +167,7 @@ class ExperimentConfig:
 
 _CHOICES = {
     "policy.dtype": ("float32", "bfloat16"),
+    "policy.param_dtype": ("float32", "bfloat16", ""),
     "env.name": ("navigation", "telecom"),
     "rollout.backend": ("jax", "sglang"),
     "env.setting": ("tiny", "paper"),

@@ -141,8 +141,10 @@ class Trainer:
     self.run_dir.mkdir(parents=True, exist_ok=True)
     self.progress = progress
     self.source = source or task_source(cfg)
-    dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[cfg.policy.dtype]
-    self.model, self.model_config = from_pretrained(cfg.policy.path, dtype=dtype)
+    dtypes = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+    dtype = dtypes[cfg.policy.dtype]
+    self.model, self.model_config = from_pretrained(
+        cfg.policy.path, dtype=dtype, param_dtype=dtypes.get(cfg.policy.param_dtype, dtype))
     self.tokenizer = AutoTokenizer.from_pretrained(cfg.policy.path)
     self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
     self.formatter = ChatFormatter(self.tokenizer, self.source.tool_schemas)

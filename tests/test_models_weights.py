@@ -227,3 +227,42 @@ def test_a_freshly_initialised_model_saves_for_transformers(tmp_path):
   ref = torch_logits(hf, ids, mask)
   assert np.abs(_flax_logits(model, ids, mask) - ref)[mask.astype(bool)].max() <= 1e-5
   assert np.abs(ref).max() > 0.01
+
+
+def test_bf16_compute_with_fp32_master_weights(tmp_path):
+  """param_dtype=float32 with dtype=bfloat16: the checkpoint's fp32 values are kept exactly,
+  the forward runs in bf16, and a paper-size step (Adam, lr 1e-6) moves the fp32 parameters;
+  the same step leaves pure-bf16 parameters where they were (the step is below bf16's spacing)."""
+  import optax
+  from flax import nnx
+
+  from rti_jax import sharding
+  from rti_jax.objectives import LossConfig, RTIBatch
+
+  write_checkpoint(tmp_path, "qwen3")
+  ref, _ = models.from_pretrained(tmp_path, dtype="float32")
+  mixed, _ = models.from_pretrained(tmp_path, dtype="bfloat16", param_dtype="float32")
+  pure, _ = models.from_pretrained(tmp_path, dtype="bfloat16")
+  for a, b in zip(jax.tree.leaves(nnx.state(ref, nnx.Param)), jax.tree.leaves(nnx.state(mixed, nnx.Param))):
+    assert b.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  ids, mask = padded_batch()
+  valid = mask.astype(bool)
+  l_ref, l_mixed, l_pure = (_flax_logits(m, ids, mask) for m in (ref, mixed, pure))
+  np.testing.assert_allclose(l_mixed[valid], l_pure[valid], atol=1e-6)  # the same bf16 forward
+  assert 0 < np.abs(l_mixed - l_ref)[valid].max() < 0.1
+
+  b, t = ids.shape
+  batch = RTIBatch(input_ids=jnp.asarray(ids, jnp.int32), attention_mask=jnp.asarray(mask, jnp.int32),
+                   loss_mask=jnp.asarray(mask, jnp.float32), old_logp=jnp.full((b, t), -5.0),
+                   advantages=jnp.asarray(np.linspace(-1, 1, b), jnp.float32))
+  moved = {}
+  for name, model in (("mixed", mixed), ("pure", pure)):
+    before = [np.asarray(x, np.float32) for x in jax.tree.leaves(nnx.state(model, nnx.Param))]
+    step = sharding.make_train_step(model, optax.adam(1e-6), sharding.make_mesh(devices=jax.devices()[:1]),
+                                    LossConfig(name="grpo"))
+    state, _ = step.step(step.state, step.shard_batch(batch))
+    after = [np.asarray(x, np.float32) for x in jax.tree.leaves(state.params)]
+    moved[name] = np.mean([np.mean(x != y) for x, y in zip(before, after)])
+  assert moved["mixed"] > 0.9
+  assert moved["pure"] < 0.1
