@@ -50,9 +50,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                  help="first-turn drills with swapped stop names (sft_data.name_swap_examples) in the main mix")
   p.add_argument("--name-drill-steps", type=int, default=4000,
                  help="stage 0: at most this many steps on first-turn drills alone (without the system turn; 0 = skip)")
-  p.add_argument("--name-drill-examples", type=int, default=None,
-                 help="distinct stage-0 drills (default: 16 per step, as the shipped build; on the drill bench "
-                      "8000 were read at 97% and 32000 at 54%, docs/tiny_policy.md)")
+  p.add_argument("--swap-episodes", type=int, default=1000,
+                 help="whole oracle episodes of plain tasks made by swapping a train task's stops for other places "
+                      "(sft_data.swap_episode_examples) in the main mix; 0 = none (builds 1-4)")
+  p.add_argument("--name-drill-examples", type=int, default=8000,
+                 help="distinct stage-0 drills (0 = 16 per step, as builds 1-3; on the drill bench 8000 were read "
+                      "at 97%% and 32000 at 54%%, docs/tiny_policy.md)")
   p.add_argument("--name-drill-target", type=float, default=0.9,
                  help="stage 0 ends early once this share of the search names of held-out drills is read right "
                       "(checked every 200 steps on --reading-checks drills of the --holdout tasks; > 1 = never)")
@@ -87,6 +90,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.layers = args.layers or 2
     args.head_dim = 16
     args.name_drill_steps = min(args.name_drill_steps, 5)
+    args.name_drill_examples = min(args.name_drill_examples, 80)
     args.eval_tasks = 2 if args.eval_tasks is None else args.eval_tasks
     args.eval_samples = min(args.eval_samples, 2)
   args.epochs = 2.0 if args.epochs is None else args.epochs
@@ -175,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
   examples = sft_data.build_examples(train_tasks, env, fmt, mix)
   examples += sft_data.name_swap_examples(train_tasks, env, fmt, args.name_swap // (20 if args.quick else 1),
                                           seed=args.seed + 7)
+  # The stop sets of every benchmark task (test split included) are excluded from the generated
+  # tasks, so none repeats a benchmark task; nothing else of the test split is read.
+  taken = frozenset(frozenset(s.poi_id for s in t.stops) for t in bench.train + bench.test)
+  examples += sft_data.swap_episode_examples(train_tasks, env, fmt, args.swap_episodes // (20 if args.quick else 1),
+                                             seed=args.seed + 11, exclude=taken)
   data_summary = sft_data.summary(examples)
   log(f"tokenizer: {len(tok)} tokens; SFT data: {json.dumps(data_summary)}")
 
@@ -331,8 +340,9 @@ def write_card(args: argparse.Namespace, metrics: dict[str, Any], path: str) -> 
     f"Pre-tokenizer: {PATTERN_NOTES[args.pattern]}; "
     f"init: embeddings std {args.embed_std}, final norm {args.final_norm_init}, q/k norm {args.qk_norm_init}, "
     f"a shared place-name direction of norm {args.name_type_init}; {args.heads} heads x {args.head_dim}; "
-    f"stage 0: {(metrics.get('name_drills') or {}).get('steps', args.name_drill_steps)} steps on first-turn name "
-    f"drills (why: docs/tiny_policy.md). Searches in the order the request names the places; "
+    f"stage 0: {(metrics.get('name_drills') or {}).get('steps', args.name_drill_steps)} steps on "
+    f"{(metrics.get('name_drills') or {}).get('examples', '?')} distinct first-turn name drills "
+    f"(why: docs/tiny_policy.md). Searches in the order the request names the places; "
     f"{len(metrics.get('holdout_tasks') or [])} train tasks held out of SFT for diagnostics.",
   ]
   ep = (metrics.get("reading") or {}).get("episodes")

@@ -36,7 +36,7 @@ def test_mix_uses_train_tasks_and_each_kind(setup):
   assert {e.task_id for e in examples} <= ids
   assert not {e.task_id for e in examples} & {t.task_id for t in bench.test}
   kinds = collections.Counter(e.kind for e in examples)
-  assert set(kinds) == set(sft_data.KINDS) - {"name_swap"}  # name_swap: name_swap_examples only
+  assert set(kinds) == set(sft_data.KINDS) - {"name_swap", "swap_episode"}  # made by their own functions
   need = [t for t in tasks if t.needs_disambiguation]
   assert kinds["trusting"] + kinds["plain"] == len(tasks)
   assert 0 < kinds["resolve"] < 0.5 * len(need)
@@ -270,6 +270,58 @@ def test_name_swap_examples_swap_the_same_names_in_request_and_searches(setup):
       assert name in request
   assert sft_data.name_swap_examples(tasks, env, fmt, 12, seed=4) == ex
   assert sft_data.name_swap_examples(tasks, env, fmt, 0) == []
+
+
+def test_swapped_tasks_are_valid_plain_tasks_that_the_oracle_solves(setup):
+  """A train task with its stops swapped: every new stop is named once in the request, the old
+  names are gone, the benchmark's Stage-3 filter accepts it, it needs no disambiguation, its order
+  cues and hints are the source's, and the oracle episode on it scores 1 (the route of the new
+  stops); an excluded stop set is never produced."""
+  from rti_jax.envs.navigation.tasks import annotate_order_level, mentioned_names, stage3_reject_reason, template_level
+
+  bench, env, _, _, tasks, _ = setup
+  world = env.world
+  rng = np.random.default_rng(3)
+  source = [t for t in tasks if not t.needs_disambiguation]
+  made = []
+  for i in range(120):
+    src = source[i % len(source)]
+    t = sft_data.swapped_task(src, world, rng)
+    if t is None:
+      continue
+    made.append(t)
+    assert len(t.stops) == len(src.stops) and not t.needs_disambiguation
+    assert [s.hinted for s in t.stops] == [s.hinted for s in src.stops]
+    assert len({s.city for s in t.stops}) == 1 and {s.poi_id for s in t.stops} != {s.poi_id for s in src.stops}
+    counts = mentioned_names(world, t.query)
+    assert all(counts[s.name.lower()] == 1 for s in t.stops)
+    assert set(counts) == {s.name.lower() for s in t.stops}
+    assert annotate_order_level(t.query) == src.order_level == t.order_level
+    assert stage3_reject_reason(world, t.query, t.stops, template_level(t.template), 2 * world.config.sample_radius_m) is None
+    if any(s.hinted for s in t.stops):
+      assert t.stops[0].city in t.query
+    messages = sft_data.play(env, nav.OracleAgent(t), t)
+    assert env.transcript.reward == 1.0, (t.query, messages[-2:])
+  assert len(made) >= 30
+  taken = frozenset(frozenset(s.poi_id for s in t.stops) for t in made)
+  rng = np.random.default_rng(3)
+  for i in range(120):
+    t = sft_data.swapped_task(source[i % len(source)], world, rng, exclude=taken)
+    assert t is None or frozenset(s.poi_id for s in t.stops) not in taken
+
+
+def test_swap_episode_examples_are_whole_trained_episodes_of_new_tasks(setup):
+  bench, env, tok, fmt, tasks, _ = setup
+  taken = frozenset(frozenset(s.poi_id for s in t.stops) for t in bench.train + bench.test)
+  ex = sft_data.swap_episode_examples(tasks, env, fmt, 10, seed=5, exclude=taken)
+  assert len(ex) == 10 and {e.kind for e in ex} == {"swap_episode"}
+  assert {e.task_id.removesuffix("-swap") for e in ex} <= {t.task_id for t in tasks}
+  for e in ex:
+    trained = tok.decode([i for i, m in zip(e.token_ids, e.loss_mask) if m])
+    assert trained.count("<|im_end|>") == 3  # searches, the direction call, the answer
+    assert '"name": "direction"' in trained
+  assert sft_data.swap_episode_examples(tasks, env, fmt, 10, seed=5, exclude=taken) == ex
+  assert sft_data.swap_episode_examples(tasks, env, fmt, 0) == []
 
 
 def test_place_name_token_ids_are_whole_poi_names(setup):

@@ -24,6 +24,11 @@ The mix (train split only) shapes the base policy like the paper's backbone:
   rule-based Validator gives on that draft), and the oracle's next turn as target.
   Drafts: the trusting direction call, and perturbed oracle direction calls (wrong
   order, a coordinate that no result showed).
+* ``swap_episode`` (``swap_episode_examples``, optional): whole oracle episodes of plain tasks
+  made from train tasks by swapping their stops for other nearby places of the map (same
+  template, order cues, hints and mode; checked by the benchmark's own Stage-3 filter). The
+  direction call must then copy names and coordinates from this episode's results instead of
+  recalling those of a trained task.
 * ``name_swap`` (``name_swap_examples``, optional): first-turn drills. A train task's
   request with its stop names swapped for other places of the map, and the oracle's first
   turn (the searches) with the same swap; only that turn is trained. They teach reading the
@@ -48,7 +53,7 @@ from rti_jax.intervention.rules_navigation import NavigationRuleValidator, Navig
 from rti_jax.rollout import ChatFormatter
 
 Message = dict[str, Any]
-KINDS = ("plain", "trusting", "resolve", "resolve_ctx", "correction", "name_swap")
+KINDS = ("plain", "trusting", "resolve", "resolve_ctx", "correction", "name_swap", "swap_episode")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,6 +317,71 @@ def name_swap_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: 
     ids, mask = encode_messages(formatter, [messages[0], {"role": "user", "content": user},
                                             {"role": "assistant", "content": turn}])
     out.append(SFTExample(task.task_id, "name_swap", tuple(ids), tuple(mask)))
+  return out
+
+
+def swapped_task(task: NavTask, world: Any, rng: np.random.Generator,
+                 exclude: frozenset[frozenset[str]] = frozenset()) -> NavTask | None:
+  """``task`` with its stops replaced by other scenic places around a random anchor of the map
+  (as the benchmark's Stage 1 draws them), names swapped in the request (and the city, when the
+  request hints one), or None when the result fails the benchmark's Stage-3 filter, needs
+  disambiguation, or its stop set is in ``exclude`` (pass the stop sets of every benchmark task).
+  """
+  from rti_jax.envs.navigation.tasks import (Stop, stage3_reject_reason, template_level,
+                                             unregioned_misses)
+  from rti_jax.envs.navigation.tools import around
+  from rti_jax.envs.navigation.words import SCENIC_TYPE
+
+  cfg = world.config
+  anchor = world.pois[int(rng.integers(len(world.pois)))]
+  hits = [p for p, _ in around(world, anchor.lon, anchor.lat, cfg.sample_radius_m, SCENIC_TYPE)]
+  n = len(task.stops)
+  if len(hits) < n or len({s.city for s in task.stops}) != 1:
+    return None
+  chosen = [hits[i] for i in rng.choice(len(hits), size=n, replace=False)]
+  stops = tuple(Stop(name=p.name, city=p.city, location=p.location, poi_id=p.poi_id, hinted=old.hinted)
+                for p, old in zip(chosen, task.stops))
+  if frozenset(s.poi_id for s in stops) in exclude or len({s.city for s in stops}) != 1:
+    return None
+  old_names = [s.name for s in task.stops]
+  new_names = [s.name for s in stops]
+  if any(s.hinted for s in task.stops):
+    old_names.append(task.stops[0].city)
+    new_names.append(stops[0].city)
+  order = sorted(range(len(old_names)), key=lambda i: len(old_names[i]), reverse=True)  # longer first
+  swapped = swap_names([task.query], [old_names[i] for i in order], [new_names[i] for i in order])
+  if swapped is None:
+    return None
+  query = swapped[0]
+  if stage3_reject_reason(world, query, stops, template_level(task.template), 2 * cfg.sample_radius_m) is not None:
+    return None
+  new = dataclasses.replace(task, task_id=f"{task.task_id}-swap", query=query, stops=stops,
+                            ambiguous=unregioned_misses(world, stops))
+  return None if new.needs_disambiguation else new
+
+
+def swap_episode_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: ChatFormatter, num: int,
+                          seed: int = 0, exclude: frozenset[frozenset[str]] = frozenset()) -> list[SFTExample]:
+  """``num`` whole oracle episodes (kind ``swap_episode``) of plain tasks made from ``tasks`` (pass
+  the train split only) by :func:`swapped_task`; deterministic for ``seed``. ``exclude``: stop
+  sets (POI ids) no generated task may have; pass those of every benchmark task, the test
+  split's included, so that no generated task repeats one (decontamination; nothing else of
+  the test split is read)."""
+  if num <= 0 or not tasks:
+    return []
+  rng = np.random.default_rng(seed)
+  source = [t for t in tasks if not t.needs_disambiguation]
+  out: list[SFTExample] = []
+  seen: set[frozenset[str]] = set()
+  for _ in range(200 * num):
+    if len(out) == num or not source:
+      break
+    task = swapped_task(source[int(rng.integers(len(source)))], env.world, rng, exclude)
+    if task is None or frozenset(s.poi_id for s in task.stops) in seen:
+      continue
+    seen.add(frozenset(s.poi_id for s in task.stops))
+    ids, mask = encode_messages(formatter, play(env, OracleAgent(task), task))
+    out.append(SFTExample(task.task_id, "swap_episode", tuple(ids), tuple(mask)))
   return out
 
 
