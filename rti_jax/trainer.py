@@ -453,10 +453,11 @@ class Trainer:
     return reporting.read_jsonl(self.metrics_path) if self.metrics_path.exists() else []
 
   def export(self, path: str | pathlib.Path) -> None:
-    """Writes the current policy as an HF checkpoint (with the tokenizer) for transformers / SGLang / vLLM."""
+    """Writes the current policy as an HF checkpoint (with the tokenizer) for transformers / SGLang / vLLM,
+    in the dtype of the checkpoint it started from (fp32 master weights are rounded to it)."""
     from models import save_pretrained
 
-    save_pretrained(self.policy(), self.model_config, str(path))
+    save_pretrained(self.policy(), self.model_config, str(path), dtype=self.model_config.dtype)
     self.tokenizer.save_pretrained(str(path))
 
 

@@ -266,3 +266,24 @@ def test_bf16_compute_with_fp32_master_weights(tmp_path):
     moved[name] = np.mean([np.mean(x != y) for x, y in zip(before, after)])
   assert moved["mixed"] > 0.9
   assert moved["pure"] < 0.1
+
+
+def test_weight_sync_writes_the_checkpoint_dtype_from_fp32_master_weights(tmp_path):
+  """A bf16 checkpoint trained with fp32 master weights is written back in bf16 by the SGLang
+  weight sync (half the bytes), exactly round-tripping the values it was loaded with."""
+  from safetensors import safe_open
+
+  from rti_jax.generation.jax_backend import qwen_save_fn
+
+  write_checkpoint(tmp_path / "ckpt", "qwen3", dtype=torch.bfloat16)
+  mixed, config = models.from_pretrained(tmp_path / "ckpt", dtype="bfloat16", param_dtype="float32")
+  assert config.dtype == "bfloat16"
+  qwen_save_fn(mixed, str(tmp_path / "sync"))
+  with safe_open(str(tmp_path / "sync" / "model.safetensors"), framework="numpy") as f:
+    names = list(f.keys())
+    assert names and all(str(f.get_slice(k).get_dtype()) == "BF16" for k in names)
+  back, _ = models.from_pretrained(tmp_path / "sync", dtype="float32")
+  again, _ = models.from_pretrained(tmp_path / "ckpt", dtype="float32")
+  from flax import nnx
+  for a, b in zip(jax.tree.leaves(nnx.state(back, nnx.Param)), jax.tree.leaves(nnx.state(again, nnx.Param))):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -58,7 +58,9 @@ class JaxBackend:
 
 
 def qwen_save_fn(model: Any, path: str) -> None:
-  """``save_fn`` for ``SGLangHTTPBackend.sync_weights``: writes an HF checkpoint of a ``models.Qwen``."""
+  """``save_fn`` for ``SGLangHTTPBackend.sync_weights``: writes an HF checkpoint of a ``models.Qwen``
+  in its checkpoint's dtype (``config.dtype``: bf16 for Qwen3-8B even when the trainer keeps fp32
+  master weights, so each sync writes half the bytes)."""
   from models.weights import save_pretrained
 
-  save_pretrained(model, model.config, path)
+  save_pretrained(model, model.config, path, dtype=model.config.dtype)
