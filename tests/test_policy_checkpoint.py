@@ -50,9 +50,8 @@ def test_transformers_logits_equal_flax_logits(bench, policy):
   np.testing.assert_allclose(got[:, :want.shape[-1]], want, atol=2e-4, rtol=1e-4)
 
 
-@pytest.mark.xfail(reason="the shipped build copies coordinates and reads the first stop name from the request, "
-                   "but picks the wrong later stops too often to pass tasks (see policies/navigation_tiny/README.md, "
-                   "docs/tiny_policy.md); this test states the target shape",
+@pytest.mark.xfail(reason="the shipped build solves 31% of plain test tasks greedy (56% of plain train tasks), "
+                   "not the 75% this target shape asks for (policies/navigation_tiny/README.md, docs/tiny_policy.md)",
                    strict=False)
 def test_behaviour_shape_on_test_tasks(bench, policy):
   """Greedy: solves tasks without an ambiguous name, trusts the first result on tasks with
@@ -75,10 +74,10 @@ def test_behaviour_shape_on_test_tasks(bench, policy):
 
 def test_shipped_build_copies_coordinates_and_reads_names_teacher_forced():
   """The build's measured properties (model card): given the right name, it copies that place's
-  coordinate out of the tool results; a search names one of the request's places, the first search
-  mostly the right one (experiments/name_copy_check.py on episodes of the 40 train tasks the build
-  held out; measured on these 6: coordinates 20/20, a request name 19/20, search names 9/20, first
-  search 5/6). The later searches are the open problem (docs/tiny_policy.md)."""
+  coordinate out of the tool results; its searches read the request's names, and the direction
+  call's names follow the results more often than not (experiments/name_copy_check.py on
+  episodes of the 40 train tasks the build held out; measured on these 6: coordinates 20/20,
+  search names 16/20, a request name 16/20, first search 5/6, names after the results 12/20)."""
   import importlib.util
   import pathlib
 
@@ -90,6 +89,7 @@ def test_shipped_build_copies_coordinates_and_reads_names_teacher_forced():
   assert out["coordinates"]["n"] >= 15
   assert out["coordinates"]["copied"] >= 0.9
   assert out["search names"]["n"] >= 12
-  assert out["search names"]["argmax is a request name"] >= 0.9  # the old build: 0.08 (frequent names)
-  assert out["search names"]["copied"] >= 0.35  # a random one of the request's 2-4 names: ~0.35
+  assert out["search names"]["argmax is a request name"] >= 0.7  # build 3 (before the swapped episodes): 0.95
+  assert out["search names"]["copied"] >= 0.6  # a random one of the request's 2-4 names: ~0.35
   assert out["per search (copied)"]["search 1"] >= 0.65
+  assert out["names after results"]["copied"] >= 0.45  # build 3: 0.23
