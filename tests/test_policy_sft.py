@@ -349,3 +349,33 @@ def test_swap_names_uses_placeholders_and_needs_every_name_in_every_text():
   assert sft_data.swap_names(["from A to B", "A; B"], ["A", "B"], ["B", "C"]) == ["from B to C", "B; C"]
   assert sft_data.swap_names(["from A to B", "B"], ["A", "B"], ["X", "Y"]) is None
   assert sft_data.swap_names(["Hill Park and Hill"], ["Hill Park", "Hill"], ["X", "Y"]) == ["X and Y"]
+
+
+def test_sft_data_does_not_depend_on_the_string_hash_seed():
+  """The SFT data (mix, name drills, swapped episodes) is the same in processes with different
+  PYTHONHASHSEED: no set iteration order leaks into it (it used to, through equal-length stop names
+  in ``name_swap_examples``, so two builds with the same seed trained on different drills)."""
+  import os
+  import subprocess
+  import sys
+
+  script = (
+    "import hashlib\n"
+    "from rti_jax.envs import navigation as nav\n"
+    "from rti_jax.policy import sft_data\n"
+    "from rti_jax.policy.tokenizer import build_tokenizer, NAME_PATTERN\n"
+    "from rti_jax.rollout import ChatFormatter\n"
+    "b = nav.load_benchmark('tiny'); env = nav.NavigationEnv(b.world); tasks = b.train[:40]\n"
+    "tok = build_tokenizer(sft_data.corpus_texts(tasks, env) + list(nav.vocabulary()), 1024, pattern=NAME_PATTERN)\n"
+    "fmt = ChatFormatter(tok); h = hashlib.sha256()\n"
+    "for e in (sft_data.build_examples(tasks, env, fmt) + sft_data.name_swap_examples(tasks, env, fmt, 150, seed=1)\n"
+    "          + sft_data.swap_episode_examples(tasks, env, fmt, 10, seed=2)):\n"
+    "  h.update(repr((e.task_id, e.kind, e.token_ids, e.loss_mask)).encode())\n"
+    "print(h.hexdigest())\n")
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  digests = set()
+  for seed in ("1", "2"):
+    env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": root}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, check=True)
+    digests.add(out.stdout.strip().splitlines()[-1])
+  assert len(digests) == 1

@@ -308,7 +308,9 @@ def name_swap_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: 
     task = tasks[int(rng.integers(len(tasks)))]
     messages = env.reset(task)
     first = OracleAgent(task).act(list(messages))
-    stops = sorted({s.name for s in task.stops}, key=len, reverse=True)  # longer first: no partial replacement
+    # Longer names first (no partial replacement); ties by name, not by set order, which depends on
+    # the process's string-hash seed (PYTHONHASHSEED) and made earlier builds' drills differ per run.
+    stops = sorted({s.name for s in task.stops}, key=lambda n: (-len(n), n))
     new = [str(x) for x in rng.choice(names, size=len(stops), replace=False)]
     swapped = swap_names([messages[1]["content"], first], stops, new)
     if swapped is None:
