@@ -50,9 +50,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                  help="first-turn drills with swapped stop names (sft_data.name_swap_examples) in the main mix")
   p.add_argument("--name-drill-steps", type=int, default=4000,
                  help="stage 0: at most this many steps on first-turn drills alone (without the system turn; 0 = skip)")
-  p.add_argument("--swap-episodes", type=int, default=1000,
+  p.add_argument("--swap-episodes", type=int, default=2000,
                  help="whole oracle episodes of plain tasks made by swapping a train task's stops for other places "
-                      "(sft_data.swap_episode_examples) in the main mix; 0 = none (builds 1-4)")
+                      "(sft_data.swap_episode_examples) in the main mix; 0 = none (builds 1-4), 1000 in build 5")
   p.add_argument("--name-drill-examples", type=int, default=8000,
                  help="distinct stage-0 drills (0 = 16 per step, as builds 1-3; on the drill bench 8000 were read "
                       "at 97%% and 32000 at 54%%, docs/tiny_policy.md)")
