@@ -44,6 +44,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from rti_jax.envs.navigation import NavigationEnv, NavTask, OracleAgent
+from rti_jax.envs.navigation.tasks import stage3_reject_reason, stop_at, template_level, unregioned_misses
+from rti_jax.envs.navigation.tools import around
+from rti_jax.envs.navigation.words import SCENIC_TYPE
 from rti_jax.envs.navigation.agents import (PLAN_NOW, SEARCH_FIRST, Candidate, _direction_call, _direction_done,
                                             _final_answer, direction_call, mention_order, observed_searches,
                                             parse_candidates, render_turn)
@@ -276,11 +279,12 @@ def build_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: Chat
 
 
 def swap_names(texts: Sequence[str], old: Sequence[str], new: Sequence[str]) -> list[str] | None:
-  """``texts`` with ``old[i]`` replaced by ``new[i]`` (in the order given; placeholders first, so a
-  new name equal to an old one is safe), or None when some text does not mention every old name."""
+  """``texts`` with ``old[i]`` replaced by ``new[i]`` (longer old names first, so a name inside
+  another is not replaced partially; placeholders first, so a new name equal to an old one is
+  safe), or None when some text does not mention every old name."""
   out = list(texts)
-  for i, name in enumerate(old):
-    out = [t.replace(name, f"\x00{i}\x00") for t in out]
+  for i in sorted(range(len(old)), key=lambda i: -len(old[i])):  # stable: ties keep the order given
+    out = [t.replace(old[i], f"\x00{i}\x00") for t in out]
   if any(f"\x00{i}\x00" not in t for t in out for i in range(len(old))):
     return None
   for i, name in enumerate(new):
@@ -308,8 +312,8 @@ def name_swap_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: 
     task = tasks[int(rng.integers(len(tasks)))]
     messages = env.reset(task)
     first = OracleAgent(task).act(list(messages))
-    # Longer names first (no partial replacement); ties by name, not by set order, which depends on
-    # the process's string-hash seed (PYTHONHASHSEED) and made earlier builds' drills differ per run.
+    # A fixed order of the stop names (which new name replaces which): not set order, which depends
+    # on the process's string-hash seed (PYTHONHASHSEED) and made earlier builds' drills differ per run.
     stops = sorted({s.name for s in task.stops}, key=lambda n: (-len(n), n))
     new = [str(x) for x in rng.choice(names, size=len(stops), replace=False)]
     swapped = swap_names([messages[1]["content"], first], stops, new)
@@ -329,11 +333,6 @@ def swapped_task(task: NavTask, world: Any, rng: np.random.Generator,
   request hints one), or None when the result fails the benchmark's Stage-3 filter, needs
   disambiguation, or its stop set is in ``exclude`` (pass the stop sets of every benchmark task).
   """
-  from rti_jax.envs.navigation.tasks import (Stop, stage3_reject_reason, template_level,
-                                             unregioned_misses)
-  from rti_jax.envs.navigation.tools import around
-  from rti_jax.envs.navigation.words import SCENIC_TYPE
-
   cfg = world.config
   anchor = world.pois[int(rng.integers(len(world.pois)))]
   hits = [p for p, _ in around(world, anchor.lon, anchor.lat, cfg.sample_radius_m, SCENIC_TYPE)]
@@ -341,8 +340,7 @@ def swapped_task(task: NavTask, world: Any, rng: np.random.Generator,
   if len(hits) < n or len({s.city for s in task.stops}) != 1:
     return None
   chosen = [hits[i] for i in rng.choice(len(hits), size=n, replace=False)]
-  stops = tuple(Stop(name=p.name, city=p.city, location=p.location, poi_id=p.poi_id, hinted=old.hinted)
-                for p, old in zip(chosen, task.stops))
+  stops = tuple(stop_at(p, old.hinted) for p, old in zip(chosen, task.stops))
   if frozenset(s.poi_id for s in stops) in exclude or len({s.city for s in stops}) != 1:
     return None
   old_names = [s.name for s in task.stops]
@@ -350,8 +348,7 @@ def swapped_task(task: NavTask, world: Any, rng: np.random.Generator,
   if any(s.hinted for s in task.stops):
     old_names.append(task.stops[0].city)
     new_names.append(stops[0].city)
-  order = sorted(range(len(old_names)), key=lambda i: len(old_names[i]), reverse=True)  # longer first
-  swapped = swap_names([task.query], [old_names[i] for i in order], [new_names[i] for i in order])
+  swapped = swap_names([task.query], old_names, new_names)
   if swapped is None:
     return None
   query = swapped[0]

@@ -259,7 +259,7 @@ def _lonlat(stop: Stop) -> tuple[float, float]:
 
 # ----------------------------------------------------------------------------- the pipeline
 
-def _stop(p: POI, hinted: bool) -> Stop:
+def stop_at(p: POI, hinted: bool) -> Stop:
   return Stop(name=p.name, city=p.city, location=p.location, poi_id=p.poi_id, hinted=hinted)
 
 
@@ -293,7 +293,7 @@ def generate_pool(world: World, num_tasks: int, rng: np.random.Generator,
       report.rejected["too_few_candidates"] += 1
       continue
     chosen = [hits[i] for i in rng.choice(len(hits), size=n, replace=False)]
-    stops = [_stop(p, bool(rng.random() < cfg.hint_prob)) for p in chosen]
+    stops = [stop_at(p, bool(rng.random() < cfg.hint_prob)) for p in chosen]
     # Stage 2: query from a template of a random order level, with occasional flaws.
     mentioned = list(stops)
     if rng.random() < cfg.noise_prob:
@@ -302,10 +302,10 @@ def generate_pool(world: World, num_tasks: int, rng: np.random.Generator,
         mentioned.pop(int(rng.integers(len(mentioned))))
       elif flaw == 1:  # the query adds a place that is not in the reference set
         extra = world.pois[int(rng.integers(len(world.pois)))]
-        mentioned.insert(int(rng.integers(len(mentioned) + 1)), _stop(extra, False))
+        mentioned.insert(int(rng.integers(len(mentioned) + 1)), stop_at(extra, False))
       else:  # the reference set holds an outlier from another city
         far = [p for p in world.pois if p.city != anchor.city and p.is_scenic]
-        odd = _stop(far[int(rng.integers(len(far)))], False)
+        odd = stop_at(far[int(rng.integers(len(far)))], False)
         i = int(rng.integers(len(stops)))
         stops[i] = mentioned[i] = odd
     level = int(rng.integers(0, 5))
