@@ -77,6 +77,7 @@ class InterventionConfig:
   eps_cal: float = 0.2  # Eq. 6
   intervener_url: Optional[str] = None  # None = self-intervention by the policy
   max_attempts: int = 1  # intervened rollouts tried per all-fail group
+  correction_attempts: int = 1  # Corrector samples tried per flagged step (redrawn when a check rejects one)
 
 
 @dataclasses.dataclass
@@ -198,7 +199,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       "env.num_train", "env.num_test", "env.max_turns", "rollout.tasks_per_iter", "rollout.group_size",
       "rollout.max_new_tokens", "rollout.max_context", "train.iterations", "train.eval_every",
       "train.eval_samples", "train.checkpoint_every", "train.keep_checkpoints", "optim.minibatches",
-      "intervention.max_attempts",
+      "intervention.max_attempts", "intervention.correction_attempts",
   ]
   for key in positive_ints:
     if _get(cfg, key) < 1:

@@ -170,6 +170,7 @@ class Trainer:
         ppl_delta=cfg.intervention.delta,
         reweight=cfg.intervention.reweight,
         num_intervened_rollouts=cfg.intervention.max_attempts,
+        correction_attempts=cfg.intervention.correction_attempts,
         domain=self.source.domain,
     )
     self.roles = self._build_roles()

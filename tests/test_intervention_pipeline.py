@@ -206,6 +206,73 @@ def test_config_validation():
     InterventionConfig(ppl_delta=-1.0)
   with pytest.raises(ValueError, match="num_intervened_rollouts"):
     InterventionConfig(num_intervened_rollouts=0)
+  with pytest.raises(ValueError, match="correction_attempts"):
+    InterventionConfig(correction_attempts=0)
+
+
+class _LeakFirst:
+  """Corrects with a leak on its first ``n_leaks`` correction prompts, then by re-searching with
+  the hinted region; records the seeds it was sampled with."""
+
+  def __init__(self, n_leaks):
+    self.leak, self.region, self.n_leaks, self.seen = MiniNavScript("leak"), MiniNavScript("region"), n_leaks, 0
+
+  def __call__(self, prompt):
+    if FEEDBACK_MARKER not in prompt.rsplit("<|im_start|>user\n", 1)[-1]:
+      return self.region(prompt)
+    self.seen += 1
+    return (self.leak if self.seen <= self.n_leaks else self.region)(prompt)
+
+
+class _SeedRecorder(ScriptedPolicy):
+  def __init__(self, *a, **k):
+    super().__init__(*a, **k)
+    self.seeds = []
+
+  def generate(self, prompts, params, seed):
+    self.seeds.append(seed)
+    return super().generate(prompts, params, seed)
+
+
+@pytest.mark.parametrize("attempts, n_leaks, repaired", [(1, 1, False), (2, 1, True), (3, 2, True), (2, 2, False)])
+def test_correction_attempts_redraw_a_rejected_correction(tok, fmt, attempts, n_leaks, repaired):
+  script = _LeakFirst(n_leaks)
+  policy = _SeedRecorder(tok, script, scripted_logp(ROLL, CAL))
+  rc = RolloutConfig(group_size=2)
+  tasks = mini_nav_tasks()
+  groups = rollout_groups(tasks, MiniNavEnv, policy, fmt, rc, task_id=lambda t: t.task_id)
+  roles = InterventionRoles(NavigationRuleValidator(), PolicyCorrector(policy, rc.sampling, fmt.end_of_turn_id),
+                            NavigationRuleVerifier())
+  n_gen = len(policy.seeds)
+  new, stats = intervene_groups(groups, tasks, MiniNavEnv, policy, fmt, roles,
+                                InterventionConfig(correction_attempts=attempts), rc, task_id=lambda t: t.task_id)
+  # the first flagged step (the wrong direction call) is where the leaks land
+  used = min(attempts, n_leaks + 1)
+  assert stats.verifier_rejected >= min(attempts, n_leaks)
+  assert stats.verifier_reasons.get("not_derivable", 0) + stats.verifier_reasons.get("leak", 0) >= min(attempts, n_leaks)
+  assert stats.correction_retries >= used - 1
+  assert (new[1][0].reward == 1.0) == repaired and (stats.groups_replaced == 1) == repaired
+  if repaired:
+    turn = next(t for t in new[1][0].turns if t.intervened)
+    assert '"region": "Taipei"' in turn.text
+  # each redraw samples with a new seed
+  seeds = policy.seeds[n_gen:]
+  assert len(seeds) == len(set(seeds))
+  d = stats.as_dict()
+  assert d["rti/correction_retries"] == stats.correction_retries
+  assert sum(v for k, v in d.items() if k.startswith("rti/verifier_rejected/")) >= stats.verifier_rejected
+
+
+def test_stats_merge_sums_verifier_reasons():
+  from rti_jax.intervention import InterventionStats
+
+  a = InterventionStats(verifier_rejected=3, verifier_reasons={"leak": 2, "not_derivable": 1})
+  b = InterventionStats(verifier_rejected=2, verifier_reasons={"leak": 1, "not_improved": 1}, correction_retries=4)
+  m = a.merge(b)
+  assert m.verifier_rejected == 5 and m.correction_retries == 4
+  assert m.verifier_reasons == {"leak": 3, "not_derivable": 1, "not_improved": 1}
+  assert a.verifier_reasons == {"leak": 2, "not_derivable": 1}  # inputs untouched
+  assert "leak 3" in m.format_table()
 
 
 def test_correction_prompt_over_the_context_budget_keeps_the_draft(tok, fmt):

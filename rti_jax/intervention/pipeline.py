@@ -52,6 +52,11 @@ class InterventionConfig:
     0 rejects every correction.
   reweight: False = "RTI w/o Reweight" (rho_cal = 1 on every token).
   num_intervened_rollouts: intervened rollouts per all-fail group (Algorithm 1: 1).
+  correction_attempts: Corrector samples tried per flagged step (Algorithm 1: 1). A sample
+    that is malformed, unchanged, rejected by the Verifier or by the PPL gate is redrawn
+    (a new seed) until one passes both checks or the attempts run out (then the draft is
+    kept). Every attempt still passes the same Verifier and gate, so the accepted u~_k
+    obeys the same integrity and PPL bounds; only the chance of repairing a step grows.
   success_reward: the reward an intervened rollout must reach to enter the group.
   domain: "navigation", "telecom", "retail" or "airline" (selects prompt templates).
   """
@@ -61,6 +66,7 @@ class InterventionConfig:
   ppl_delta: float = 5.0
   reweight: bool = True
   num_intervened_rollouts: int = 1
+  correction_attempts: int = 1
   success_reward: float = 1.0
   domain: str = "navigation"
 
@@ -69,6 +75,8 @@ class InterventionConfig:
       raise ValueError(f"ppl_delta: expected >= 0 (inf turns the gate off), got {self.ppl_delta}")
     if self.num_intervened_rollouts < 1:
       raise ValueError(f"num_intervened_rollouts: expected >= 1, got {self.num_intervened_rollouts}")
+    if self.correction_attempts < 1:
+      raise ValueError(f"correction_attempts: expected >= 1, got {self.correction_attempts}")
 
 
 @dataclasses.dataclass
@@ -183,9 +191,13 @@ def _correction_ids(c: Correction, formatter: ChatFormatter) -> list[int] | None
   return formatter.encode_assistant(c.text or "")
 
 
-def intervened_step(
-  live: Sequence[Episode],
+def _correct_verify_gate(
+  flagged: Sequence[int],
+  ctxs: Sequence[StepContext],
+  judgements: Sequence[ValidatorJudgement],
   drafts: Sequence[Any],
+  p_roll: dict[int, list[int]],
+  p_cal: dict[int, list[int]],
   backend: GenerationBackend,
   formatter: ChatFormatter,
   roles: InterventionRoles,
@@ -193,25 +205,14 @@ def intervened_step(
   rollout_config: RolloutConfig,
   stats: InterventionStats,
   seed: int,
-) -> None:
-  """One step k of all live intervened episodes (Algorithm 1 lines 10-23), batched."""
-  draft_texts = [formatter.decode(d.token_ids.tolist()) for d in drafts]
-  ctxs = [step_context(ep, txt, config.domain) for ep, txt in zip(live, draft_texts)]
-  stats.steps_total += len(live)
-  judgements = roles.validator.validate(ctxs)
-  stats.validator_malformed += sum(j.malformed for j in judgements)
-  flagged = [i for i, j in enumerate(judgements) if not j.is_valid]
-  stats.steps_flagged += len(flagged)
+) -> dict[int, tuple[list[int], np.ndarray, np.ndarray]]:
+  """One Corrector sample per flagged step, then the Verifier and the PPL gate (Eq. 3-4).
 
-  # Corrector: u~_k from the correction prompt (p_roll + validator feedback).
-  p_roll = {i: live[i].context() for i in flagged}
-  p_cal = {i: formatter.with_extra_user_message(p_roll[i], feedback_message(judgements[i])) for i in flagged}
-  too_long = [i for i in flagged if len(p_cal[i]) > rollout_config.max_prompt_tokens]
-  stats.corrections_over_context += len(too_long)  # no room for a correction: keep the draft
-  flagged = [i for i in flagged if i not in too_long]
-  corrections = roles.corrector.correct(
-    [ctxs[i] for i in flagged], [judgements[i] for i in flagged], [p_cal[i] for i in flagged], seed
-  )
+  Returns {step index: (u~_k token ids, log pi_roll, log pi_cal)} for corrections that
+  passed both checks.
+  """
+  corrections = roles.corrector.correct([ctxs[i] for i in flagged], [judgements[i] for i in flagged],
+                                        [p_cal[i] for i in flagged], seed)
   if len(corrections) != len(flagged):
     raise RuntimeError(f"corrector: expected {len(flagged)} corrections, got {len(corrections)}")
   cand: dict[int, list[int]] = {}
@@ -243,6 +244,8 @@ def intervened_step(
         passed.append(i)
       else:
         stats.verifier_rejected += 1
+        for r in v.reasons or ("unspecified",):
+          stats.verifier_reasons[r] = stats.verifier_reasons.get(r, 0) + 1
   else:
     stats.verifier_skipped += len(order)
     passed = order
@@ -261,6 +264,45 @@ def intervened_step(
         stats.accepted_ppl_sum += float(ppl[k])
       else:
         stats.ppl_rejected += 1
+  return accepted
+
+
+def intervened_step(
+  live: Sequence[Episode],
+  drafts: Sequence[Any],
+  backend: GenerationBackend,
+  formatter: ChatFormatter,
+  roles: InterventionRoles,
+  config: InterventionConfig,
+  rollout_config: RolloutConfig,
+  stats: InterventionStats,
+  seed: int,
+) -> None:
+  """One step k of all live intervened episodes (Algorithm 1 lines 10-23), batched."""
+  draft_texts = [formatter.decode(d.token_ids.tolist()) for d in drafts]
+  ctxs = [step_context(ep, txt, config.domain) for ep, txt in zip(live, draft_texts)]
+  stats.steps_total += len(live)
+  judgements = roles.validator.validate(ctxs)
+  stats.validator_malformed += sum(j.malformed for j in judgements)
+  flagged = [i for i, j in enumerate(judgements) if not j.is_valid]
+  stats.steps_flagged += len(flagged)
+
+  # Corrector: u~_k from the correction prompt (p_roll + validator feedback).
+  p_roll = {i: live[i].context() for i in flagged}
+  p_cal = {i: formatter.with_extra_user_message(p_roll[i], feedback_message(judgements[i])) for i in flagged}
+  too_long = [i for i in flagged if len(p_cal[i]) > rollout_config.max_prompt_tokens]
+  stats.corrections_over_context += len(too_long)  # no room for a correction: keep the draft
+  pending = [i for i in flagged if i not in too_long]
+  accepted: dict[int, tuple[list[int], np.ndarray, np.ndarray]] = {}
+  for attempt in range(config.correction_attempts):
+    if not pending:
+      break
+    stats.correction_retries += len(pending) if attempt else 0
+    accepted.update(_correct_verify_gate(
+      pending, ctxs, judgements, drafts, p_roll, p_cal, backend, formatter, roles, config, rollout_config, stats,
+      seed + 7_919 * attempt,
+    ))
+    pending = [i for i in pending if i not in accepted]
 
   for i, (ep, d) in enumerate(zip(live, drafts)):
     if i in accepted:

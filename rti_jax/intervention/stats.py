@@ -31,6 +31,11 @@ class InterventionStats:
   trajectories_success_unintervened: successful intervened rollouts with no applied correction
     (every draft kept); they are plain re-samples and never enter a group.
   accepted_ppl_sum: sum of PPL_roll (Eq. 3) over applied corrections (float).
+  correction_retries: Corrector samples redrawn after a failed attempt
+    (``InterventionConfig.correction_attempts`` > 1); their outcomes are counted in the
+    generated / rejected / applied fields like first attempts.
+  verifier_reasons: rejections per Verifier reason (e.g. ``not_derivable``, ``leak``); a
+    rejection with several reasons counts under each.
   *_malformed: LLM judgements that needed the conservative default.
   """
 
@@ -52,9 +57,11 @@ class InterventionStats:
   groups_replaced: int = 0
   trajectories_success_unintervened: int = 0
   accepted_ppl_sum: float = 0.0
+  correction_retries: int = 0
   validator_malformed: int = 0
   corrector_malformed: int = 0
   verifier_malformed: int = 0
+  verifier_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
 
   @property
   def mean_accepted_ppl(self) -> float:
@@ -63,7 +70,12 @@ class InterventionStats:
 
   def merge(self, other: "InterventionStats") -> "InterventionStats":
     """Field-wise sum (e.g. over data-parallel workers)."""
-    return InterventionStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)})
+    out = {f.name: getattr(self, f.name) + getattr(other, f.name)
+           for f in dataclasses.fields(self) if f.name != "verifier_reasons"}
+    reasons = dict(self.verifier_reasons)
+    for k, v in other.verifier_reasons.items():
+      reasons[k] = reasons.get(k, 0) + v
+    return InterventionStats(**out, verifier_reasons=reasons)
 
   def table(self) -> list[tuple[str, float, float, float]]:
     """Table-6 rows: ``(statistic, count, denominator, ratio)``; ratio NaN on a 0 denominator."""
@@ -80,7 +92,9 @@ class InterventionStats:
     return [(name, c, d, c / d if d else math.nan) for name, c, d in rows]
 
   def as_dict(self, prefix: str = "rti/") -> dict[str, Any]:
-    out: dict[str, Any] = {f"{prefix}{f.name}": getattr(self, f.name) for f in dataclasses.fields(self)}
+    out: dict[str, Any] = {f"{prefix}{f.name}": getattr(self, f.name)
+                           for f in dataclasses.fields(self) if f.name != "verifier_reasons"}
+    out.update({f"{prefix}verifier_rejected/{k}": v for k, v in sorted(self.verifier_reasons.items())})
     out[f"{prefix}mean_accepted_ppl"] = self.mean_accepted_ppl
     return out
 
@@ -90,4 +104,7 @@ class InterventionStats:
     for name, c, d, r in self.table():
       lines.append(f"{name:<56}{f'{int(c)} / {int(d)}':>14}{'' if math.isnan(r) else f'{100 * r:.2f}%':>10}")
     lines.append(f"{'mean PPL of accepted intervened steps':<56}{self.mean_accepted_ppl:>14.3f}")
+    if self.verifier_reasons:
+      why = ", ".join(f"{k} {v}" for k, v in sorted(self.verifier_reasons.items(), key=lambda kv: -kv[1]))
+      lines.append(f"{'Verifier rejections by reason':<56}{why}")
     return "\n".join(lines)
