@@ -53,6 +53,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--swap-episodes", type=int, default=2000,
                  help="whole oracle episodes of plain tasks made by swapping a train task's stops for other places "
                       "(sft_data.swap_episode_examples) in the main mix; 0 = none (builds 1-4), 1000 in build 5")
+  p.add_argument("--swap-disamb", type=int, default=800,
+                 help="new tasks needing a re-search, made by the same stop swap, each giving a re-search-in-context "
+                      "episode, and by chance a trusting episode and a correction example "
+                      "(sft_data.swap_disamb_examples); 0 = none (builds 1-6)")
   p.add_argument("--name-drill-examples", type=int, default=8000,
                  help="distinct stage-0 drills (0 = 16 per step, as builds 1-3; on the drill bench 8000 were read "
                       "at 97%% and 32000 at 54%%, docs/tiny_policy.md)")
@@ -184,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
   taken = frozenset(frozenset(s.poi_id for s in t.stops) for t in bench.train + bench.test)
   examples += sft_data.swap_episode_examples(train_tasks, env, fmt, args.swap_episodes // (20 if args.quick else 1),
                                              seed=args.seed + 11, exclude=taken)
+  examples += sft_data.swap_disamb_examples(train_tasks, env, fmt, args.swap_disamb // (20 if args.quick else 1),
+                                            seed=args.seed + 13, exclude=taken)
   data_summary = sft_data.summary(examples)
   log(f"tokenizer: {len(tok)} tokens; SFT data: {json.dumps(data_summary)}")
 

@@ -25,6 +25,7 @@ def test_quick_build_writes_checkpoint_metrics_and_plot(tmp_path):
   assert metrics["data"]["kinds"]["plain"] + metrics["data"]["kinds"]["trusting"] == 16
   assert metrics["data"]["kinds"]["name_swap"] == 50 and metrics["name_drills"]["steps"] >= 1
   assert metrics["data"]["kinds"]["swap_episode"] == 100  # --swap-episodes 2000 // 20
+  assert metrics["data"]["kinds"]["swap_resolve_ctx"] == 40  # --swap-disamb 800 // 20
   assert metrics["name_drills"]["examples"] == 40
   from rti_jax.envs import navigation as nav
 

@@ -36,7 +36,8 @@ def test_mix_uses_train_tasks_and_each_kind(setup):
   assert {e.task_id for e in examples} <= ids
   assert not {e.task_id for e in examples} & {t.task_id for t in bench.test}
   kinds = collections.Counter(e.kind for e in examples)
-  assert set(kinds) == set(sft_data.KINDS) - {"name_swap", "swap_episode"}  # made by their own functions
+  own = {"name_swap", "swap_episode", "swap_trusting", "swap_resolve_ctx", "swap_correction"}
+  assert set(kinds) == set(sft_data.KINDS) - own  # those are made by their own functions
   need = [t for t in tasks if t.needs_disambiguation]
   assert kinds["trusting"] + kinds["plain"] == len(tasks)
   assert 0 < kinds["resolve"] < 0.5 * len(need)
@@ -322,6 +323,47 @@ def test_swap_episode_examples_are_whole_trained_episodes_of_new_tasks(setup):
     assert '"name": "direction"' in trained
   assert sft_data.swap_episode_examples(tasks, env, fmt, 10, seed=5, exclude=taken) == ex
   assert sft_data.swap_episode_examples(tasks, env, fmt, 0) == []
+
+
+def test_swapped_task_can_keep_the_need_for_disambiguation(setup):
+  _, env, _, _, tasks, _ = setup
+  rng = np.random.default_rng(4)
+  source = [t for t in tasks if t.needs_disambiguation]
+  made = [t for t in (sft_data.swapped_task(source[i % len(source)], env.world, rng, disambiguation=True)
+                      for i in range(300)) if t is not None]
+  assert len(made) >= 10
+  for t in made:
+    assert t.needs_disambiguation and t.ambiguous
+    # the trusting agent fails on it and the oracle, with its re-search, succeeds
+    assert nav.run_episode(env, nav.OracleAgent(t), t).reward == 1.0
+  unhinted = [t for t in made if not any(s.hinted for s in t.stops)]
+  assert unhinted and all(nav.run_episode(env, sft_data.TrustingAgent(t), t).reward == 0.0 for t in unhinted)
+
+
+def test_swap_disamb_examples_train_the_turns_around_a_re_search_on_new_tasks(setup):
+  bench, env, tok, fmt, tasks, _ = setup
+  taken = frozenset(frozenset(s.poi_id for s in t.stops) for t in bench.train + bench.test)
+  ex = sft_data.swap_disamb_examples(tasks, env, fmt, 12, seed=6, exclude=taken)
+  kinds = collections.Counter(e.kind for e in ex)
+  assert kinds["swap_resolve_ctx"] == 12 and kinds["swap_trusting"] >= 1 and kinds["swap_correction"] >= 1
+  assert set(kinds) <= {"swap_resolve_ctx", "swap_trusting", "swap_correction"}
+  assert {e.task_id.removesuffix("-swap") for e in ex} <= {t.task_id for t in tasks if t.needs_disambiguation}
+  for e in ex:
+    full = tok.decode(list(e.token_ids))
+    trained = tok.decode([i for i, m in zip(e.token_ids, e.loss_mask) if m])
+    searches = re.findall(r'"name": "poi_search", "arguments": (\{[^}]*\})', full)
+    if e.kind == "swap_resolve_ctx":
+      # the re-search (a regioned search) is in the context but not trained; the direction call is
+      assert any('"region"' in a for a in searches)
+      assert '"region"' not in trained.split('"name": "direction"')[0].split("<|im_end|>", 1)[1]
+      assert '"name": "direction"' in trained and trained.count("<|im_end|>") == len(
+        re.findall(r"<\|im_start\|>assistant", full)) - 1
+    elif e.kind == "swap_correction":
+      assert "supervisor" in full and trained.count("<|im_end|>") == 1 and '"region"' in trained
+    else:  # the trusting habit: searches, a direction call on the first results, an answer; no re-search
+      assert trained.count("<|im_end|>") == 3 and '"name": "direction"' in trained
+  again = sft_data.swap_disamb_examples(tasks, env, fmt, 12, seed=6, exclude=taken)
+  assert again == ex and sft_data.swap_disamb_examples(tasks, env, fmt, 0) == []
 
 
 def test_place_name_token_ids_are_whole_poi_names(setup):

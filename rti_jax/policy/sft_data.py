@@ -29,6 +29,11 @@ The mix (train split only) shapes the base policy like the paper's backbone:
   template, order cues, hints and mode; checked by the benchmark's own Stage-3 filter). The
   direction call must then copy names and coordinates from this episode's results instead of
   recalling those of a trained task.
+* ``swap_trusting`` / ``swap_resolve_ctx`` / ``swap_correction`` (``swap_disamb_examples``,
+  optional): the three disambiguation kinds above on tasks that need disambiguation, made from
+  train tasks by the same stop swap. Once a corrected re-search is in the context, the direction
+  call must copy the re-searched stop and the other stops from this episode's results (without
+  them the policy recalls stops of trained routes after a re-search).
 * ``name_swap`` (``name_swap_examples``, optional): first-turn drills. A train task's
   request with its stop names swapped for other places of the map, and the oracle's first
   turn (the searches) with the same swap; only that turn is trained. They teach reading the
@@ -56,7 +61,8 @@ from rti_jax.intervention.rules_navigation import NavigationRuleValidator, Navig
 from rti_jax.rollout import ChatFormatter
 
 Message = dict[str, Any]
-KINDS = ("plain", "trusting", "resolve", "resolve_ctx", "correction", "name_swap", "swap_episode")
+KINDS = ("plain", "trusting", "resolve", "resolve_ctx", "correction", "name_swap", "swap_episode",
+         "swap_trusting", "swap_resolve_ctx", "swap_correction")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,7 +199,7 @@ def step_context(messages: Sequence[Message], draft: str, env: NavigationEnv) ->
 
 
 def correction_example(formatter: ChatFormatter, env: NavigationEnv, task: NavTask, prefix: Sequence[Message],
-                       draft: str, target: str) -> SFTExample | None:
+                       draft: str, target: str, kind: str = "correction") -> SFTExample | None:
   """p_cal (``prefix`` + the Validator's feedback on ``draft``) -> ``target``, trained on the target only.
 
   Returns None when the Validator accepts the draft or the Verifier rejects the target
@@ -208,7 +214,7 @@ def correction_example(formatter: ChatFormatter, env: NavigationEnv, task: NavTa
   p_roll += formatter.generation_prompt_ids if prefix[-1]["role"] == "assistant" else []
   p_cal = formatter.with_extra_user_message(p_roll, feedback_message(judgement))
   turn = formatter.encode_assistant(target)
-  return SFTExample(task.task_id, "correction", tuple(p_cal + turn), tuple([False] * len(p_cal) + [True] * len(turn)))
+  return SFTExample(task.task_id, kind, tuple(p_cal + turn), tuple([False] * len(p_cal) + [True] * len(turn)))
 
 
 def _perturbed_direction(draft: str, rng: np.random.Generator) -> str | None:
@@ -327,11 +333,12 @@ def name_swap_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: 
 
 
 def swapped_task(task: NavTask, world: Any, rng: np.random.Generator,
-                 exclude: frozenset[frozenset[str]] = frozenset()) -> NavTask | None:
+                 exclude: frozenset[frozenset[str]] = frozenset(), disambiguation: bool = False) -> NavTask | None:
   """``task`` with its stops replaced by other scenic places around a random anchor of the map
   (as the benchmark's Stage 1 draws them), names swapped in the request (and the city, when the
-  request hints one), or None when the result fails the benchmark's Stage-3 filter, needs
-  disambiguation, or its stop set is in ``exclude`` (pass the stop sets of every benchmark task).
+  request hints one), or None when the result fails the benchmark's Stage-3 filter, its stop set
+  is in ``exclude`` (pass the stop sets of every benchmark task), or its need of disambiguation
+  is not ``disambiguation``.
   """
   cfg = world.config
   anchor = world.pois[int(rng.integers(len(world.pois)))]
@@ -356,7 +363,7 @@ def swapped_task(task: NavTask, world: Any, rng: np.random.Generator,
     return None
   new = dataclasses.replace(task, task_id=f"{task.task_id}-swap", query=query, stops=stops,
                             ambiguous=unregioned_misses(world, stops))
-  return None if new.needs_disambiguation else new
+  return new if new.needs_disambiguation == disambiguation else None
 
 
 def swap_episode_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: ChatFormatter, num: int,
@@ -381,6 +388,56 @@ def swap_episode_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatte
     seen.add(frozenset(s.poi_id for s in task.stops))
     ids, mask = encode_messages(formatter, play(env, OracleAgent(task), task))
     out.append(SFTExample(task.task_id, "swap_episode", tuple(ids), tuple(mask)))
+  return out
+
+
+def swap_disamb_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: ChatFormatter, num: int,
+                         seed: int = 0, exclude: frozenset[frozenset[str]] = frozenset(),
+                         trusting_share: float = 0.5, correction_share: float = 0.6) -> list[SFTExample]:
+  """Disambiguation kinds on ``num`` new tasks that need a re-search, made from ``tasks`` (pass the
+  train split only) by :func:`swapped_task`; deterministic for ``seed``; ``exclude`` as for
+  :func:`swap_episode_examples`.
+
+  Per task: ``swap_resolve_ctx`` (the oracle's episode, its re-search turn as context only and
+  every other turn trained), with probability ``trusting_share`` ``swap_trusting`` (the trusting
+  agent's episode: the habit stays on new stops) and with probability ``correction_share``
+  ``swap_correction`` (p_cal on the trusting direction call -> the oracle's re-search). Tasks
+  whose hints alone resolve every stop (no re-search turn) are skipped.
+  """
+  if num <= 0 or not tasks:
+    return []
+  rng = np.random.default_rng(seed)
+  source = [t for t in tasks if t.needs_disambiguation]
+  out: list[SFTExample] = []
+  seen: set[frozenset[str]] = set()
+  made = 0
+  for _ in range(400 * num):
+    if made == num or not source:
+      break
+    task = swapped_task(source[int(rng.integers(len(source)))], env.world, rng, exclude, disambiguation=True)
+    if task is None or frozenset(s.poi_id for s in task.stops) in seen:
+      continue
+    oracle = play(env, OracleAgent(task), task)
+    a_idx = _assistant_indices(oracle)
+    if len(a_idx) <= 3 or env.transcript.reward != 1.0:  # no re-search turn (or, defensively, no success)
+      continue
+    seen.add(frozenset(s.poi_id for s in task.stops))
+    made += 1
+    ids, mask = encode_messages(formatter, oracle, [j != 1 for j in range(len(a_idx))])
+    out.append(SFTExample(task.task_id, "swap_resolve_ctx", tuple(ids), tuple(mask)))
+    u = rng.random(2)
+    trusting = play(env, TrustingAgent(task), task)
+    if u[0] < trusting_share:
+      ids, mask = encode_messages(formatter, trusting)
+      out.append(SFTExample(task.task_id, "swap_trusting", tuple(ids), tuple(mask)))
+    if u[1] < correction_share:
+      t_idx = _assistant_indices(trusting)
+      if len(t_idx) >= 2:
+        k = t_idx[1]
+        ex = correction_example(formatter, env, task, trusting[:k], trusting[k]["content"], oracle[a_idx[1]]["content"],
+                                kind="swap_correction")
+        if ex is not None:
+          out.append(ex)
   return out
 
 
