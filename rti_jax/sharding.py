@@ -225,6 +225,11 @@ class ShardedTrainStep:
   """What ``make_train_step`` builds.
 
   step(state, batch) -> (new_state, StepOutput): the jitted train step.
+  grads(state, batch) -> (numerator, denominator, metrics, numerator gradients) and
+  apply(state, grads, numerator, denominator) -> (new_state, StepOutput): the same step in two
+    jitted halves, so gradients of several batches of different shapes (rows packed by length)
+    can be summed before one optimizer update (``step`` == ``apply(state, *grads(state, b))``
+    with the numerator/denominator/gradient order of ``grads``).
   state: the initial ``TrainState``, placed on the mesh.
   graphdef: rebuild the model with ``merge(state)``.
   fallbacks: parameter dimensions that were replicated instead of sharded, with the reason.
@@ -238,6 +243,8 @@ class ShardedTrainStep:
   batch_sharding: NamedSharding
   fallbacks: tuple[str, ...]
   micro_batches: int = 1
+  grads: Callable[[TrainState, RTIBatch], tuple[jax.Array, jax.Array, dict, Any]] | None = None
+  apply: Callable[[TrainState, Any, jax.Array, jax.Array], tuple[TrainState, StepOutput]] | None = None
 
   def merge(self, state: TrainState) -> nnx.Module:
     """The NNX model holding ``state``'s parameters."""
@@ -311,7 +318,8 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
 
   grad_num = jax.value_and_grad(numerator, has_aux=True)
 
-  def step(state: TrainState, batch: RTIBatch) -> tuple[TrainState, StepOutput]:
+  def accumulate(state: TrainState, batch: RTIBatch) -> tuple[Any, jax.Array, jax.Array, dict]:
+    """Numerator gradients, numerator, denominator and metrics of ``batch`` (over k micro-batches)."""
     if k == 1:
       (num, (den, metrics)), g = grad_num(state.params, state.rest, batch)
     else:
@@ -328,6 +336,14 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
       zeros = jax.tree.map(jnp.zeros_like, state.params)
       (g, num, den), ms = jax.lax.scan(body, (zeros, jnp.float32(0), jnp.float32(0)), split)
       metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), ms)
+    return g, num, den, metrics
+
+  def step(state: TrainState, batch: RTIBatch) -> tuple[TrainState, StepOutput]:
+    return finish(state, *accumulate(state, batch))
+
+  def finish(state: TrainState, g: Any, num: jax.Array, den: jax.Array, metrics: dict,
+             ) -> tuple[TrainState, StepOutput]:
+    """Scales the summed numerator gradients by 1 / max(den, 1) and takes the optimizer step."""
     scale = 1.0 / jnp.maximum(den, 1.0)
     loss = num * scale
     # Gradients in each parameter's dtype: the fp32 loss scale would otherwise promote the
@@ -338,9 +354,21 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
     params = optax.apply_updates(state.params, updates)
     return TrainState(params, state.rest, opt_state), StepOutput(loss, grads, metrics)
 
+  def grads_only(state: TrainState, batch: RTIBatch) -> tuple[jax.Array, jax.Array, dict, Any]:
+    g, num, den, metrics = accumulate(state, batch)
+    return num, den, metrics, g
+
+  def apply(state: TrainState, g: Any, num: jax.Array, den: jax.Array) -> tuple[TrainState, StepOutput]:
+    return finish(state, g, num, den, {})
+
   out_sh = (state_sh, StepOutput(replicated, p_sh, replicated))
   jitted = jax.jit(step, in_shardings=(state_sh, b_sh), out_shardings=out_sh,
                    donate_argnums=(0,) if donate else ())
+  jit_grads = jax.jit(grads_only, in_shardings=(state_sh, b_sh),
+                      out_shardings=(replicated, replicated, replicated, p_sh))
+  jit_apply = jax.jit(apply, in_shardings=(state_sh, p_sh, replicated, replicated), out_shardings=out_sh,
+                      donate_argnums=(0,) if donate else ())
   return ShardedTrainStep(step=jitted, state=TrainState(params, rest, opt_state),
                           graphdef=graphdef, mesh=mesh, state_shardings=state_sh,
-                          batch_sharding=b_sh, fallbacks=tuple(fallbacks), micro_batches=k)
+                          batch_sharding=b_sh, fallbacks=tuple(fallbacks), micro_batches=k,
+                          grads=jit_grads, apply=jit_apply)

@@ -346,27 +346,38 @@ class Trainer:
           groups[j * per:(j + 1) * per], pad_id=self.pad_id, reweight=self.cfg.intervention.reweight,
           max_len=max_len, advantage_std=self.cfg.loss.adv_std,
       )
-      # Every row padded to the same bucketed length -> a few compiled shapes at most.
-      batch = _pad_batch(batch, max_len)
-      # --- baselines: AEPO's entropy / OPD's teacher log-probs (rti_jax/baselines.py) ---
-      batch = baselines.add_policy_signals(
-          batch,
-          entropy=None if self.entropy_fn is None else self.entropy_fn(sampling_params, batch.input_ids,
-                                                                       batch.attention_mask),
-          teacher_logp=None if self.teacher_logp_fn is None else self.teacher_logp_fn(batch.input_ids,
-                                                                                      batch.attention_mask),
-      )
-      # --- end baselines ---
-      if self.ref_params is not None:
-        batch = dataclasses.replace(batch, ref_logp=self._logp_fn(self.ref_params, batch.input_ids,
-                                                                  batch.attention_mask))
-      batch = self.train_step.shard_batch(batch)
-      self.state, out = self.train_step.step(self.state, batch)
-      grad_norm = optax.tree.norm(out.grads)
-      vals = {"loss": out.loss, "grad_norm": grad_norm, **out.metrics}
+      chunks = length_chunks(batch, self.cfg.optim.length_chunks, lambda n: bucket_length(min(n, max_len)))
+      if len(chunks) == 1:
+        self.state, out = self.train_step.step(self.state, self._device_batch(chunks[0], sampling_params))
+        vals = {"loss": out.loss, **out.metrics}
+      else:
+        # Gradients of the length-sorted chunks (each padded to its own bucket) are summed, then one
+        # optimizer step: the same loss and gradient as the single padded batch.
+        parts = [self.train_step.grads(self.state, self._device_batch(c, sampling_params)) for c in chunks]
+        num = sum(p[0] for p in parts)
+        den = sum(p[1] for p in parts)
+        g = jax.tree.map(lambda *xs: sum(xs[1:], xs[0]), *[p[3] for p in parts])
+        self.state, out = self.train_step.apply(self.state, g, num, den)
+        vals = {"loss": out.loss, **combine_chunk_metrics([p[2] for p in parts])}
+      vals["grad_norm"] = optax.tree.norm(out.grads)
       for k, v in vals.items():
         sums[k] = sums.get(k, 0.0) + float(v) / m
     return sums
+
+  def _device_batch(self, batch: objectives.RTIBatch, sampling_params: Any) -> objectives.RTIBatch:
+    """A host batch with the baselines' per-token signals and the reference log-probs, on the mesh."""
+    # --- baselines: AEPO's entropy / OPD's teacher log-probs (rti_jax/baselines.py) ---
+    batch = baselines.add_policy_signals(
+        batch,
+        entropy=None if self.entropy_fn is None else self.entropy_fn(sampling_params, batch.input_ids,
+                                                                     batch.attention_mask),
+        teacher_logp=None if self.teacher_logp_fn is None else self.teacher_logp_fn(batch.input_ids,
+                                                                                    batch.attention_mask),
+    )
+    # --- end baselines ---
+    if self.ref_params is not None:
+      batch = dataclasses.replace(batch, ref_logp=self._logp_fn(self.ref_params, batch.input_ids, batch.attention_mask))
+    return self.train_step.shard_batch(batch)
 
   # --- evaluation ----------------------------------------------------------------------------
 
@@ -460,6 +471,46 @@ class Trainer:
 
     save_pretrained(self.policy(), self.model_config, str(path), dtype=self.model_config.dtype)
     self.tokenizer.save_pretrained(str(path))
+
+
+def length_chunks(batch: objectives.RTIBatch, n: int, bucket: Callable[[int], int]) -> list[objectives.RTIBatch]:
+  """``batch``'s rows sorted by length (real tokens) and split into ``n`` equal-size chunks, each
+  cut and padded to ``bucket(its longest row)``; ``n = 1`` gives the whole batch padded to
+  ``bucket(longest row)``. Rows keep their advantages, so any row order gives the same loss."""
+  b = batch.input_ids.shape[0]
+  if n < 1 or b % n:
+    raise ValueError(f"length_chunks: expected a chunk count dividing the batch size {b}, got {n}")
+  lengths = np.asarray(batch.attention_mask).sum(axis=1)
+  order = np.argsort(lengths, kind="stable") if n > 1 else np.arange(b)
+  out = []
+  for rows in np.split(order, n):
+    t = bucket(int(lengths[rows].max()))
+
+    def take(x: Any, rows: np.ndarray = rows, t: int = t) -> Any:
+      if x is None:
+        return None
+      x = np.asarray(x)[rows]
+      return x[:, :t] if x.ndim == 2 else x
+
+    chunk = objectives.RTIBatch(**{f.name: take(getattr(batch, f.name)) for f in dataclasses.fields(batch)})
+    out.append(_pad_batch(chunk, t))
+  return out
+
+
+def combine_chunk_metrics(metrics: Sequence[dict[str, Any]]) -> dict[str, float]:
+  """Metrics of length chunks as those of the whole batch: token counts summed, ``cal_weight_mean``
+  weighted by intervened tokens, every other metric weighted by ``num_tokens`` (token means)."""
+  ms = [{k: float(v) for k, v in m.items()} for m in metrics]
+  out: dict[str, float] = {}
+  for key in ms[0]:
+    if key in ("num_tokens", "intervened_tokens"):
+      out[key] = sum(m[key] for m in ms)
+      continue
+    wkey = "intervened_tokens" if key == "cal_weight_mean" else "num_tokens"
+    w = np.asarray([m.get(wkey, 1.0) for m in ms])
+    vals = np.asarray([m[key] for m in ms])
+    out[key] = float((w * vals).sum() / w.sum()) if w.sum() > 0 else float(vals.mean())
+  return out
 
 
 def _pad_batch(batch: objectives.RTIBatch, length: int) -> objectives.RTIBatch:

@@ -182,6 +182,21 @@ def test_micro_batched_step_equals_full_batch_step(k: int) -> None:
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
 
 
+def test_grads_of_row_chunks_then_apply_equal_the_step() -> None:
+  """Numerator gradients of two row halves, summed, then ``apply``: the same step as ``step`` on the whole batch."""
+  mesh = S.make_mesh(1, 1, 1, devices=jax.devices()[:1])
+  batch = _batch()
+  half = lambda rows: jax.tree.map(lambda x: None if x is None else np.asarray(x)[rows], batch)  # noqa: E731
+  ts = S.make_train_step(_TinyLM(nnx.Rngs(3)), optax.adam(1e-2), mesh, LossConfig(name="rti"))
+  s_full, full = ts.step(ts.state, ts.shard_batch(batch))
+  parts = [ts.grads(ts.state, ts.shard_batch(half(r))) for r in (slice(0, 2), slice(2, 4))]
+  g = jax.tree.map(lambda a, b: a + b, parts[0][3], parts[1][3])
+  s_split, split = ts.apply(ts.state, g, parts[0][0] + parts[1][0], parts[0][1] + parts[1][1])
+  np.testing.assert_allclose(float(split.loss), float(full.loss), rtol=1e-6)
+  for a, b in zip(jax.tree.leaves(s_split.params), jax.tree.leaves(s_full.params)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("micro_batches", [1, 2])
 def test_bf16_step_keeps_state_dtypes_and_compiles_once(micro_batches: int) -> None:
   """bf16 parameters: the step's output state has the input's dtypes, so step 2 reuses step 1's

@@ -105,3 +105,48 @@ def test_bucket_length_and_mesh_shape():
   with pytest.raises(ValueError, match="mesh"):
     resolve_mesh_shape(3, -1, 1, 8)
   assert math.isfinite(bucket_length(10_000))
+
+
+def test_length_chunks_sort_cut_and_pad_rows():
+  from rti_jax.objectives import RTIBatch
+  from rti_jax.trainer import length_chunks
+
+  rng = np.random.default_rng(0)
+  lengths = np.asarray([9, 3, 17, 5, 12, 2, 30, 7])
+  t = 32
+  am = (np.arange(t)[None, :] < lengths[:, None]).astype(np.int32)
+  ids = rng.integers(1, 50, (8, t)).astype(np.int32) * am
+  batch = RTIBatch(input_ids=ids, attention_mask=am, loss_mask=am.astype(np.float32),
+                   old_logp=rng.normal(size=(8, t)).astype(np.float32) * am, advantages=np.arange(8, dtype=np.float32))
+  bucket = lambda n: -(-n // 4) * 4  # noqa: E731
+  chunks = length_chunks(batch, 4, bucket)
+  order = np.argsort(lengths, kind="stable")
+  assert [c.input_ids.shape for c in chunks] == [(2, bucket(int(lengths[r].max()))) for r in np.split(order, 4)]
+  got = np.concatenate([c.advantages for c in chunks])
+  np.testing.assert_array_equal(got, order.astype(np.float32))  # each row keeps its advantage
+  for c, rows in zip(chunks, np.split(order, 4)):
+    w = c.input_ids.shape[1]
+    np.testing.assert_array_equal(c.input_ids, ids[rows, :w])
+    np.testing.assert_array_equal(c.attention_mask.sum(1), lengths[rows])
+  (whole,) = length_chunks(batch, 1, bucket)
+  assert whole.input_ids.shape == (8, 32) and np.array_equal(whole.advantages, batch.advantages)
+  with pytest.raises(ValueError, match="length_chunks"):
+    length_chunks(batch, 3, bucket)
+
+
+def test_length_chunked_update_equals_the_single_batch_update(policy_dir, tmp_path):
+  import jax
+
+  runs = {}
+  for n in (1, 4):
+    tr = Trainer(_cfg(policy_dir, "train.iterations=2", f"optim.length_chunks={n}"), tmp_path / f"c{n}",
+                 source=_toy_source(), progress=False)
+    runs[n] = (tr.train(), jax.tree.leaves(tr.state.params))
+  (r1, p1), (r4, p4) = runs[1], runs[4]
+  for a, b in zip(r1, r4):
+    for key in ("loss", "grad_norm", "clip_frac", "approx_kl_k3", "num_tokens"):
+      assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+  for x, y in zip(p1, p4):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-6)
+  with pytest.raises(Exception, match="length_chunks"):
+    _cfg(policy_dir, "optim.length_chunks=3")
