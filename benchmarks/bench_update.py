@@ -8,6 +8,7 @@ scales with episode length (the system prompt is ~400 of the ~900 tokens of an e
 
   python benchmarks/bench_update.py                       # B = 64, T in 512 768 1024 1536
   python benchmarks/bench_update.py --lengths 512 1024 --iters 3
+  python benchmarks/bench_update.py --lengths 1024 --causal-blocks 1   # full T x T attention (no block skipping)
 """
 
 from __future__ import annotations
@@ -47,12 +48,21 @@ def main() -> None:
   ap.add_argument("--batch", type=int, default=64)
   ap.add_argument("--lengths", type=int, nargs="+", default=[512, 768, 1024, 1536])
   ap.add_argument("--iters", type=int, default=3)
+  ap.add_argument("--causal-blocks", type=int, default=None,
+                  help="causal query blocks of uncached passes (models.qwen._CAUSAL_BLOCKS; 1 = full attention)")
   args = ap.parse_args()
+  if args.causal_blocks is not None:
+    import models.qwen
+
+    models.qwen._CAUSAL_BLOCKS = args.causal_blocks
   model, _, _ = evaluate.load_policy(args.policy)
   step = sharding.make_train_step(model, optax.adam(1e-4), sharding.make_mesh(), LossConfig())
   state = step.state
   print(f"# machine: {machine()}")
-  print(f"# one RTI update step of {args.policy} (forward + loss + backward + Adam), B = {args.batch}")
+  import models.qwen
+
+  print(f"# one RTI update step of {args.policy} (forward + loss + backward + Adam), B = {args.batch}, "
+        f"causal blocks <= {models.qwen._CAUSAL_BLOCKS}")
   first_med = None
   for t in args.lengths:
     x = step.shard_batch(batch(args.batch, t))
