@@ -95,9 +95,10 @@ class Attention(nnx.Module):
     """x: [B, T, E]; positions: [B, T]; mask: [B, T, S] bool (S = T, or the cache length).
 
     With a cache, this step's k/v are written at slots ``cache_index .. cache_index+T`` and
-    attention runs over all S cache slots (``mask`` says which are visible). causal: without a
-    cache, promises that ``mask`` hides every key after its query (as ``causal_padding_mask``
-    does), so long sequences are computed in causal query blocks that skip those keys.
+    attention runs over all S cache slots (``mask`` says which are visible). causal: promises
+    that ``mask`` hides every key after its query (as ``causal_padding_mask`` does; for a cache
+    prefill, also the empty slots after the prompt), so an uncached pass or a prefill at cache
+    index 0 is computed in causal query blocks that skip those keys.
     """
     b, t, _ = x.shape
     q = self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim)
@@ -117,7 +118,9 @@ class Attention(nnx.Module):
       new_cache = LayerCache(k, v)
     groups = self.num_heads // self.num_kv_heads
     q = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim).transpose(0, 2, 3, 1, 4)
-    if causal and cache is None and t > _MIN_BLOCK:
+    # Blocks need the keys to start at slot 0: an uncached pass, or a cache prefill at index 0.
+    at_start = cache is None or (isinstance(cache_index, int) and cache_index == 0)
+    if causal and at_start and t > _MIN_BLOCK:
       size = max(_MIN_BLOCK, -(-t // _CAUSAL_BLOCKS))
       out = jnp.concatenate([
         self._attend(q[:, :, :, lo:lo + size], k[:, :, :lo + size], v[:, :, :lo + size],

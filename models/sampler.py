@@ -112,7 +112,7 @@ def _generate_jit(graphdef: nnx.GraphDef, state: nnx.State, prompt_ids: jax.Arra
   cache = model.init_cache(b, p + num_new)
   prefill_mask = jnp.concatenate(
     [causal_padding_mask(prompt_mask), jnp.zeros((b, p, num_new), bool)], axis=-1)
-  h, cache = model.forward(prompt_ids, positions_from_mask(prompt_mask), prefill_mask, cache, 0)
+  h, cache = model.forward(prompt_ids, positions_from_mask(prompt_mask), prefill_mask, cache, 0, causal=True)
   logits = model.logits(h[:, -1])
   lengths = jnp.sum(prompt_mask, axis=-1).astype(jnp.int32)  # [B] next position per row
   prompt_keys = prompt_mask.astype(bool)

@@ -58,6 +58,22 @@ def test_greedy_equals_transformers_generate(request, ckpt):
   assert all(np.all(s == 0) for s in out.sampling_logprobs)
 
 
+def test_long_prompts_prefill_in_causal_blocks_like_transformers(qwen3_ckpt):
+  """Prompts over one causal block (the prefill skips keys after each query block): greedy tokens
+  equal transformers' and the sampled log-probs equal ``score`` (an uncached pass)."""
+  path, ref = qwen3_ckpt
+  model, config = models.from_pretrained(path)
+  rng = np.random.default_rng(7)
+  prompts = [rng.integers(1, config.vocab_size, n).tolist() for n in (300, 170)]
+  sampler = Sampler(model, max_cache_len=512)
+  out = sampler.generate(prompts, key=jax.random.key(0), max_new_tokens=6, temperature=0.0)
+  for p, toks in zip(prompts, out.tokens):
+    want = ref.generate(input_ids=torch.tensor([p]), max_new_tokens=6, do_sample=False, pad_token_id=0)[0, len(p):]
+    np.testing.assert_array_equal(toks, want.numpy())
+  for lp, sc in zip(out.logprobs, sampler.score(prompts, out.tokens)):
+    assert np.abs(lp - sc).max() <= 1e-4
+
+
 def test_sampled_logprobs_equal_score_and_torch(qwen3):
   sampler, ref = qwen3
   out = sampler.generate(PROMPTS, key=jax.random.key(1), max_new_tokens=16, temperature=0.8, top_k=30)
