@@ -125,9 +125,11 @@ class OptimConfig:
   b2: float = 0.999
   max_grad_norm: float = 1.0
   minibatches: int = 1  # update steps per rollout batch
-  # Each minibatch's rows are sorted by length and split into this many equal-size chunks, each
-  # padded to its own bucketed length; their gradients are summed before the one optimizer step
-  # (same loss and gradient as one padded batch, less padding). 1 = one batch padded to its longest row.
+  # Each minibatch's rows are sorted by length and split into at most this many equal-size chunks
+  # (the largest count that divides the rows, each chunk divisible by the data-parallel degree),
+  # each padded to its own bucketed length; their gradients are summed before the one optimizer
+  # step (same loss and gradient as one padded batch, less padding). 1 = one batch padded to its
+  # longest row.
   length_chunks: int = 1
 
 
@@ -211,10 +213,6 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       raise ConfigError(f"{key}: expected an integer >= 1, got {_get(cfg, key)!r}")
   if cfg.rollout.backend == "sglang" and not cfg.rollout.sglang_url:
     raise ConfigError("rollout.sglang_url: required when rollout.backend=sglang (e.g. http://127.0.0.1:30000)")
-  rows = cfg.rollout.tasks_per_iter * cfg.rollout.group_size
-  if rows % (cfg.optim.minibatches * cfg.optim.length_chunks):
-    raise ConfigError(f"optim.length_chunks: expected minibatches x length_chunks to divide the {rows} rows of an "
-                      f"iteration (tasks_per_iter x group_size), got {cfg.optim.minibatches} x {cfg.optim.length_chunks}")
   if cfg.rollout.group_size < 2:
     raise ConfigError(f"rollout.group_size: GRPO needs at least 2 samples per group, got {cfg.rollout.group_size}")
   if not cfg.rollout.temperature >= 0:

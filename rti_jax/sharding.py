@@ -250,6 +250,11 @@ class ShardedTrainStep:
     """The NNX model holding ``state``'s parameters."""
     return nnx.merge(self.graphdef, state.params, state.rest)
 
+  @property
+  def data_parallel_degree(self) -> int:
+    """Devices the batch dimension is split over."""
+    return _axes_size(self.mesh, self.batch_sharding.spec[0] if self.batch_sharding.spec else None)
+
   def shard_batch(self, batch: RTIBatch) -> RTIBatch:
     """Places a host batch on the mesh (batch dimension split); checks B divides evenly."""
     batch.check()

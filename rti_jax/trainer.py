@@ -346,7 +346,11 @@ class Trainer:
           groups[j * per:(j + 1) * per], pad_id=self.pad_id, reweight=self.cfg.intervention.reweight,
           max_len=max_len, advantage_std=self.cfg.loss.adv_std,
       )
-      chunks = length_chunks(batch, self.cfg.optim.length_chunks, lambda n: bucket_length(min(n, max_len)))
+      rows = batch.input_ids.shape[0]
+      dp = self.train_step.data_parallel_degree
+      n = max((c for c in range(1, self.cfg.optim.length_chunks + 1) if rows % c == 0 and (rows // c) % dp == 0),
+              default=1)
+      chunks = length_chunks(batch, n, lambda n: bucket_length(min(n, max_len)))
       if len(chunks) == 1:
         self.state, out = self.train_step.step(self.state, self._device_batch(chunks[0], sampling_params))
         vals = {"loss": out.loss, **out.metrics}
