@@ -27,6 +27,7 @@ import optax
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import models.qwen  # noqa: E402
 from benchmarks.bench_objectives import machine  # noqa: E402
 from rti_jax import sharding  # noqa: E402
 from rti_jax.objectives import LossConfig, RTIBatch  # noqa: E402
@@ -52,15 +53,11 @@ def main() -> None:
                   help="causal query blocks of uncached passes (models.qwen._CAUSAL_BLOCKS; 1 = full attention)")
   args = ap.parse_args()
   if args.causal_blocks is not None:
-    import models.qwen
-
     models.qwen._CAUSAL_BLOCKS = args.causal_blocks
   model, _, _ = evaluate.load_policy(args.policy)
   step = sharding.make_train_step(model, optax.adam(1e-4), sharding.make_mesh(), LossConfig())
   state = step.state
   print(f"# machine: {machine()}")
-  import models.qwen
-
   print(f"# one RTI update step of {args.policy} (forward + loss + backward + Adam), B = {args.batch}, "
         f"causal blocks <= {models.qwen._CAUSAL_BLOCKS}")
   first_med = None

@@ -131,7 +131,6 @@ class Attention(nnx.Module):
     out = out.transpose(0, 3, 1, 2, 4).reshape(b, t, self.num_heads * self.head_dim)
     return self.o_proj(out), new_cache
 
-
   def _attend(self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
     """q: [B, Kv, G, T, D]; k, v: [B, Kv, S, D]; mask: [B, T, S] -> [B, Kv, G, T, D]."""
     scores = jnp.einsum("bkgtd,bksd->bkgts", q, k, preferred_element_type=jnp.float32,

@@ -225,11 +225,11 @@ class ShardedTrainStep:
   """What ``make_train_step`` builds.
 
   step(state, batch) -> (new_state, StepOutput): the jitted train step.
-  grads(state, batch) -> (numerator, denominator, metrics, numerator gradients) and
+  grads(state, batch) -> (numerator gradients, numerator, denominator, metrics) and
   apply(state, grads, numerator, denominator) -> (new_state, StepOutput): the same step in two
     jitted halves, so gradients of several batches of different shapes (rows packed by length)
-    can be summed before one optimizer update (``step`` == ``apply(state, *grads(state, b))``
-    with the numerator/denominator/gradient order of ``grads``).
+    can be summed before one optimizer update (``step(state, b)`` ==
+    ``apply(state, *grads(state, b)[:3])``).
   state: the initial ``TrainState``, placed on the mesh.
   graphdef: rebuild the model with ``merge(state)``.
   fallbacks: parameter dimensions that were replicated instead of sharded, with the reason.
@@ -243,7 +243,7 @@ class ShardedTrainStep:
   batch_sharding: NamedSharding
   fallbacks: tuple[str, ...]
   micro_batches: int = 1
-  grads: Callable[[TrainState, RTIBatch], tuple[jax.Array, jax.Array, dict, Any]] | None = None
+  grads: Callable[[TrainState, RTIBatch], tuple[Any, jax.Array, jax.Array, dict]] | None = None
   apply: Callable[[TrainState, Any, jax.Array, jax.Array], tuple[TrainState, StepOutput]] | None = None
 
   def merge(self, state: TrainState) -> nnx.Module:
@@ -259,7 +259,7 @@ class ShardedTrainStep:
     """Places a host batch on the mesh (batch dimension split); checks B divides evenly."""
     batch.check()
     b = batch.shape[0]
-    n = _axes_size(self.mesh, self.batch_sharding.spec[0] if self.batch_sharding.spec else None)
+    n = self.data_parallel_degree
     if b % (n * self.micro_batches) != 0:
       raise ValueError(f"batch.input_ids: expected a batch size divisible by the data-parallel "
                        f"degree {n} x micro_batches {self.micro_batches}, got B={b}")
@@ -359,18 +359,14 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
     params = optax.apply_updates(state.params, updates)
     return TrainState(params, state.rest, opt_state), StepOutput(loss, grads, metrics)
 
-  def grads_only(state: TrainState, batch: RTIBatch) -> tuple[jax.Array, jax.Array, dict, Any]:
-    g, num, den, metrics = accumulate(state, batch)
-    return num, den, metrics, g
-
   def apply(state: TrainState, g: Any, num: jax.Array, den: jax.Array) -> tuple[TrainState, StepOutput]:
     return finish(state, g, num, den, {})
 
   out_sh = (state_sh, StepOutput(replicated, p_sh, replicated))
   jitted = jax.jit(step, in_shardings=(state_sh, b_sh), out_shardings=out_sh,
                    donate_argnums=(0,) if donate else ())
-  jit_grads = jax.jit(grads_only, in_shardings=(state_sh, b_sh),
-                      out_shardings=(replicated, replicated, replicated, p_sh))
+  jit_grads = jax.jit(accumulate, in_shardings=(state_sh, b_sh),
+                      out_shardings=(p_sh, replicated, replicated, replicated))
   jit_apply = jax.jit(apply, in_shardings=(state_sh, p_sh, replicated, replicated), out_shardings=out_sh,
                       donate_argnums=(0,) if donate else ())
   return ShardedTrainStep(step=jitted, state=TrainState(params, rest, opt_state),

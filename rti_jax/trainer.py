@@ -350,7 +350,7 @@ class Trainer:
       dp = self.train_step.data_parallel_degree
       n = max((c for c in range(1, self.cfg.optim.length_chunks + 1) if rows % c == 0 and (rows // c) % dp == 0),
               default=1)
-      chunks = length_chunks(batch, n, lambda n: bucket_length(min(n, max_len)))
+      chunks = length_chunks(batch, n, lambda length: bucket_length(min(length, max_len)))
       if len(chunks) == 1:
         self.state, out = self.train_step.step(self.state, self._device_batch(chunks[0], sampling_params))
         vals = {"loss": out.loss, **out.metrics}
@@ -358,11 +358,11 @@ class Trainer:
         # Gradients of the length-sorted chunks (each padded to its own bucket) are summed, then one
         # optimizer step: the same loss and gradient as the single padded batch.
         parts = [self.train_step.grads(self.state, self._device_batch(c, sampling_params)) for c in chunks]
-        num = sum(p[0] for p in parts)
-        den = sum(p[1] for p in parts)
-        g = jax.tree.map(lambda *xs: sum(xs[1:], xs[0]), *[p[3] for p in parts])
+        g = jax.tree.map(lambda *xs: sum(xs[1:], xs[0]), *[p[0] for p in parts])
+        num = sum(p[1] for p in parts)
+        den = sum(p[2] for p in parts)
         self.state, out = self.train_step.apply(self.state, g, num, den)
-        vals = {"loss": out.loss, **combine_chunk_metrics([p[2] for p in parts])}
+        vals = {"loss": out.loss, **combine_chunk_metrics([p[3] for p in parts])}
       vals["grad_norm"] = optax.tree.norm(out.grads)
       for k, v in vals.items():
         sums[k] = sums.get(k, 0.0) + float(v) / m

@@ -410,9 +410,8 @@ def swap_disamb_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter
   source = [t for t in tasks if t.needs_disambiguation]
   out: list[SFTExample] = []
   seen: set[frozenset[str]] = set()
-  made = 0
   for _ in range(400 * num):
-    if made == num or not source:
+    if len(seen) == num or not source:
       break
     task = swapped_task(source[int(rng.integers(len(source)))], env.world, rng, exclude, disambiguation=True)
     if task is None or frozenset(s.poi_id for s in task.stops) in seen:
@@ -422,7 +421,6 @@ def swap_disamb_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter
     if len(a_idx) <= 3 or env.transcript.reward != 1.0:  # no re-search turn (or, defensively, no success)
       continue
     seen.add(frozenset(s.poi_id for s in task.stops))
-    made += 1
     ids, mask = encode_messages(formatter, oracle, [j != 1 for j in range(len(a_idx))])
     out.append(SFTExample(task.task_id, "swap_resolve_ctx", tuple(ids), tuple(mask)))
     u = rng.random(2)
