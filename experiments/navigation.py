@@ -102,9 +102,8 @@ def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants:
       test = trainer.source.test
       if "base" not in per_seed:  # the base policy, evaluated once per seed with the same sampler
         per_seed["base"] = trainer.evaluate(test, cfg.train.eval_samples, seed=10_000 + seed, desc="eval base")
-      eval_tasks = test[: cfg.train.eval_tasks] if cfg.train.eval_tasks else test
       t0 = time.perf_counter()
-      records = trainer.train(eval_tasks=eval_tasks)
+      records = trainer.train(eval_tasks=trainer.monitor_tasks())
       per_seed[f"{label}_train_s"] = time.perf_counter() - t0
       per_seed[label] = trainer.evaluate(test, cfg.train.eval_samples, seed=10_000 + seed, desc=f"eval {label}")
       per_seed[f"{label}_records"] = records

@@ -150,6 +150,9 @@ class TrainConfig:
   eval_every: int = 5
   eval_samples: int = 4
   eval_tasks: int = 0  # periodic evaluation on the first N test tasks (0 = all); monitoring only
+  # Validation split: the last N train-split tasks are kept out of RL rollouts and evaluated every
+  # eval_every iterations instead of test tasks (0 = none). Tune on these, never on the test split.
+  val_tasks: int = 0
   seed: int = 0
   checkpoint_every: int = 5
   keep_checkpoints: int = 2
@@ -211,6 +214,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
   for key in positive_ints:
     if _get(cfg, key) < 1:
       raise ConfigError(f"{key}: expected an integer >= 1, got {_get(cfg, key)!r}")
+  if not 0 <= cfg.train.val_tasks < cfg.env.num_train:
+    raise ConfigError(f"train.val_tasks: expected in [0, env.num_train={cfg.env.num_train}), got {cfg.train.val_tasks}")
   if cfg.rollout.backend == "sglang" and not cfg.rollout.sglang_url:
     raise ConfigError("rollout.sglang_url: required when rollout.backend=sglang (e.g. http://127.0.0.1:30000)")
   if cfg.rollout.group_size < 2:

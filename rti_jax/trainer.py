@@ -141,6 +141,13 @@ class Trainer:
     self.run_dir.mkdir(parents=True, exist_ok=True)
     self.progress = progress
     self.source = source or task_source(cfg)
+    # Validation split (train.val_tasks): the last N train tasks, kept out of RL rollouts.
+    n_val = cfg.train.val_tasks
+    if n_val and not 0 < n_val < len(self.source.train):
+      raise ValueError(f"train.val_tasks: expected fewer than the {len(self.source.train)} train tasks, got {n_val}")
+    self.val: list[Any] = list(self.source.train[len(self.source.train) - n_val:]) if n_val else []
+    if n_val:
+      self.source = dataclasses.replace(self.source, train=list(self.source.train[:len(self.source.train) - n_val]))
     dtypes = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
     dtype = dtypes[cfg.policy.dtype]
     self.model, self.model_config = from_pretrained(
@@ -435,11 +442,20 @@ class Trainer:
     _truncate_jsonl(self.eval_path, self.iteration)
     return True
 
+  def monitor_tasks(self) -> list[Any]:
+    """The tasks evaluated every ``eval_every`` iterations: the validation split when
+    ``train.val_tasks`` > 0, else the first ``train.eval_tasks`` test tasks (monitoring only)."""
+    if self.val:
+      return list(self.val)
+    test = self.source.test
+    return list(test[: self.cfg.train.eval_tasks] if self.cfg.train.eval_tasks else test)
+
   def train(self, *, eval_tasks: Sequence[Any] | None = None, stop_after: int | None = None) -> list[dict[str, Any]]:
     """Runs (or resumes) the configured iterations; returns all metric records of the run.
 
-    eval_tasks: evaluated every ``eval_every`` iterations (default: none; the test split is
-      evaluated by the experiment after training, never used to pick anything).
+    eval_tasks: evaluated every ``eval_every`` iterations (default: none; ``monitor_tasks()`` gives
+      the validation split when there is one; the test split is evaluated by the experiment after
+      training, never used to pick anything).
     stop_after: stop after this many iterations of this call (to simulate a killed run in tests).
     """
     tc = self.cfg.train

@@ -33,6 +33,8 @@ def test_overrides_win_and_inf_delta_parses():
         ("intervention.delta=-1", "intervention.delta"),
         ("rollout.top_p=0", "rollout.top_p"),
         ("mesh.data=0", "mesh.data"),
+        ("train.val_tasks=-1", "train.val_tasks"),
+        ("train.val_tasks=100000", "train.val_tasks"),
     ],
 )
 def test_bad_values_raise_naming_the_key(override, key):

@@ -152,3 +152,33 @@ def test_length_chunked_update_equals_the_single_batch_update(policy_dir, tmp_pa
   r3 = Trainer(_cfg(policy_dir, "train.iterations=1", "optim.length_chunks=3"), tmp_path / "c3",
                source=_toy_source(), progress=False).train()
   assert r3[0]["grad_norm"] == pytest.approx(r1[0]["grad_norm"], rel=1e-4)
+
+
+def test_validation_split_is_kept_out_of_rollouts_and_monitored(policy_dir, tmp_path):
+  """train.val_tasks: the last N train tasks are never rolled out in training; they are the
+  periodic evaluation; the test split is untouched by training."""
+  seen: list[int] = []
+
+  class Spy(ParityEnv):
+    def reset(self, task):
+      seen.append(task)
+      return super().reset(task)
+
+  src = _toy_source()
+  src.env_factory = Spy
+  tr = Trainer(_cfg(policy_dir, "train.val_tasks=4", "train.iterations=4", "train.eval_every=2",
+                    "train.eval_samples=2"), tmp_path / "v", source=src, progress=False)
+  assert tr.val == [8, 9, 10, 11] and list(tr.source.train) == list(range(8))
+  assert tr.monitor_tasks() == [8, 9, 10, 11]
+  records = tr.train(eval_tasks=tr.monitor_tasks())
+  evals = [r for r in records if "eval" in r]
+  assert [r["iteration"] for r in evals] == [2, 4] and all(r["eval"]["num_tasks"] == 4 for r in evals)
+  rollout_tasks = set(seen[:2 * 4 * 2])  # iterations 1-2 before the first evaluation: 2 tasks x 4 samples each
+  assert rollout_tasks and rollout_tasks <= set(range(8))
+  assert not set(seen) & set(src.test)
+  # 4 iterations x 2 tasks = 8 = one pass over the 8 remaining train tasks, in a seeded order.
+  train_seen = [t for t in seen if t < 8]
+  assert set(train_seen) == set(range(8))
+  # Without a validation split, monitoring falls back to the first train.eval_tasks test tasks.
+  plain = Trainer(_cfg(policy_dir, "train.eval_tasks=2"), tmp_path / "p", source=_toy_source(), progress=False)
+  assert plain.val == [] and plain.monitor_tasks() == [100, 101]
