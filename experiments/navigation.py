@@ -28,7 +28,7 @@ from rti_jax.config import load_config, to_yaml
 
 QUICK = [
     "env.num_train=32", "env.num_test=16", "rollout.tasks_per_iter=4", "rollout.group_size=4",
-    "train.iterations=2", "train.eval_every=2", "train.eval_tasks=8", "train.eval_samples=2",
+    "train.iterations=2", "train.eval_every=2", "train.eval_tasks=8", "train.val_tasks=8", "train.eval_samples=2",
     "train.checkpoint_every=2",
 ]
 METHODS = ("grpo", "rti")
@@ -145,6 +145,22 @@ def seed_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
   return cols, rows
 
 
+def val_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+  """The last periodic evaluation of each trained method (the validation split when
+  ``train.val_tasks`` > 0), mean over seeds: what the hyperparameters were chosen on."""
+  cols = ["method", "p@1", "avg p@k", "disamb p@1", "other p@1", "tasks"]
+  rows = []
+  for method in results["methods"][1:]:
+    evs = [r[f"{method}_records"][-1]["eval"] for r in results["runs"].values()
+           if r.get(f"{method}_records") and "eval" in r[f"{method}_records"][-1]]
+    if not evs:
+      continue
+    mean = lambda part, key: 100 * float(np.mean([e[part][key] for e in evs if part in e])) if any(part in e for e in evs) else float("nan")  # noqa: E731
+    rows.append([method, mean("all", "p@1"), mean("all", "avg p@k"), mean("disambiguation", "p@1"),
+                 mean("not_disambiguation", "p@1"), evs[0]["num_tasks"]])
+  return cols, rows
+
+
 def plot(results: dict[str, Any], out: pathlib.Path) -> list[str]:
   """Fig. 4 (rollout success before/after intervention, eval Pass@4), Fig. 5a (PPL), Fig. 5b (turns)."""
   import matplotlib
@@ -166,7 +182,7 @@ def plot(results: dict[str, Any], out: pathlib.Path) -> list[str]:
       if ev:
         axes[1].plot(*zip(*ev), marker="o", label=f"{method} s{seed}")
   axes[0].set(title="Rollout success per iteration (Fig. 4)", xlabel="iteration", ylabel="mean reward")
-  axes[1].set(title="Held-out Pass@4 per iteration", xlabel="iteration", ylabel="pass@4")
+  axes[1].set(title="Pass@4 per iteration (validation split, or test monitoring)", xlabel="iteration", ylabel="pass@4")
   for ax in axes:
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
@@ -226,9 +242,14 @@ def main(argv: Sequence[str] | None = None) -> int:
   table = reporting.print_table(f"Navigation, held-out test split ({len(args.seeds)} seed(s), %)", cols, rows)
   scols, srows = seed_rows(results)
   seed_table = reporting.print_table("Per seed (p@1, %)", scols, srows)
+  tables = [table, seed_table]
+  vcols, vrows = val_rows(results)
+  if vrows:
+    tables.append(reporting.print_table("Last periodic evaluation (validation split if train.val_tasks > 0; %)", vcols, vrows))
+    results["validation"] = {"columns": vcols, "rows": vrows}
   results["table"] = {"columns": cols, "rows": rows}
   results["per_seed"] = {"columns": scols, "rows": srows}
-  write_results(results, out, [table, seed_table])
+  write_results(results, out, tables)
   pngs = plot(results, out)
   print(f"run dir: {out}  (results.json, table.md, {', '.join(pngs)}, seed*/<method>/metrics.jsonl)")
   print(f"wall time: {results['wall_s'] / 60:.1f} min")

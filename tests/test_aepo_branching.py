@@ -286,7 +286,7 @@ def test_trainer_aepo_rolls_out_with_branching_and_counts_it(tmp_path):
     return load_config("navigation", [
         f"policy.path={path}", "loss.method=aepo", "rollout.tasks_per_iter=2", "rollout.group_size=4",
         "rollout.max_new_tokens=3", "rollout.max_context=128", "train.iterations=1", "train.eval_every=100",
-        "baselines.aepo_branch_beta=1e9", "baselines.aepo_branch_penalty=0", *extra])
+        "baselines.aepo_branch_beta=1e9", "baselines.aepo_branch_penalty=0", "train.val_tasks=0", *extra])
 
   trainer = Trainer(cfg(), tmp_path / "run", source=source, progress=False)
   seen = []

@@ -67,7 +67,7 @@ def _nav_cfg(policy: str, method: str, *extra: str):
   return load_config("navigation", [
       f"policy.path={policy}", f"loss.method={method}", "rollout.tasks_per_iter=2", "rollout.group_size=2",
       "rollout.max_new_tokens=8", "train.iterations=1", "env.num_train=8", "env.num_test=4", "env.max_turns=2",
-      "optim.length_chunks=1", *extra])  # one whole batch per step: the spy below sees it
+      "optim.length_chunks=1", "train.val_tasks=0", *extra])  # one whole batch per step: the spy below sees it
 
 
 # --- AEPO: entropy -------------------------------------------------------------------------

@@ -88,7 +88,7 @@ def _toy_run(policy: str, run_dir, *extra: str) -> list[dict]:
   cfg = load_config("navigation", [
       f"policy.path={policy}", "rollout.tasks_per_iter=4", "rollout.group_size=4", "rollout.max_new_tokens=6",
       "rollout.max_context=512", "train.iterations=3", "train.checkpoint_every=3", "train.eval_every=100",
-      "optim.lr=0.01", *extra])
+      "optim.lr=0.01", "train.val_tasks=0", *extra])
   source = TaskSource(train=list(range(12)), test=list(range(100, 102)), env_factory=Mod4Env, task_id=str,
                       subsets={}, domain="navigation")
   trainer = Trainer(cfg, run_dir, source=source, progress=False)
@@ -168,7 +168,7 @@ def nav_policies(tmp_path_factory):
 def _tiny(policy: str) -> list[str]:
   return [f"policy.path={policy}", "env.num_train=4", "env.num_test=2", "env.max_turns=2", "rollout.tasks_per_iter=2",
           "rollout.group_size=2", "rollout.max_new_tokens=8", "rollout.max_context=1024", "train.iterations=1", "train.eval_every=1",
-          "train.eval_tasks=1", "train.eval_samples=2", "train.checkpoint_every=1"]
+          "train.eval_tasks=1", "train.eval_samples=2", "train.checkpoint_every=1", "train.val_tasks=0"]
 
 
 def _results(out) -> dict:

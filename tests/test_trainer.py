@@ -41,7 +41,7 @@ def _cfg(policy_dir, *extra):
   return load_config("navigation", [
       f"policy.path={policy_dir}", "loss.method=grpo", "rollout.tasks_per_iter=2", "rollout.group_size=4",
       "rollout.max_new_tokens=6", "rollout.max_context=128", "train.iterations=3", "train.checkpoint_every=1",
-      "optim.lr=0.01", "train.eval_every=100", *extra])
+      "optim.lr=0.01", "train.eval_every=100", "train.val_tasks=0", *extra])
 
 
 def _strip(records):
@@ -84,7 +84,8 @@ def test_rti_on_navigation_triggers_intervention_for_all_fail_groups(tmp_path):
   write_random_qwen(path, len(tok), seed=1)
   exp = load_config("navigation", [
       f"policy.path={path}", "loss.method=rti", "rollout.tasks_per_iter=2", "rollout.group_size=2",
-      "rollout.max_new_tokens=8", "train.iterations=1", "env.num_train=8", "env.num_test=4", "env.max_turns=2"])
+      "rollout.max_new_tokens=8", "train.iterations=1", "env.num_train=8", "env.num_test=4", "env.max_turns=2",
+      "train.val_tasks=0"])
   trainer = Trainer(exp, tmp_path / "run", progress=False)
   rec = trainer.train()[0]
   assert rec["reward_mean"] == 0.0 and rec["all_fail_group_frac"] == 1.0

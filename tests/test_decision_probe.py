@@ -1,0 +1,90 @@
+"""The decision probe (experiments/decision_probe.py) against transformers on the shipped policy.
+
+The probe's figures are first-token probabilities of scripted second turns, read off the JAX
+model's teacher-forced log-probs of whole encoded episodes. The reference renders each second
+turn's prompt with the tokenizer's chat template alone (``add_generation_prompt=True``) and runs
+transformers' Qwen3 on it: the two agree only if the turn spans, the alignment of the log-probs
+and the model all agree.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import jax
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer, Qwen3ForCausalLM
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "experiments"))
+import decision_probe  # noqa: E402  (experiments/decision_probe.py)
+
+POLICY = str(pathlib.Path(__file__).resolve().parent.parent / "policies" / "navigation_tiny")
+
+
+def test_turn_spans():
+  assert decision_probe.turn_spans([False, True, True, False, True, False, False, True]) == [(1, 3), (4, 5), (7, 8)]
+  assert decision_probe.turn_spans([]) == [] and decision_probe.turn_spans([True]) == [(0, 1)]
+
+
+@pytest.fixture(scope="module")
+def shipped():
+  from models import from_pretrained
+  from rti_jax import objectives
+  from rti_jax.envs import navigation as nav
+  from rti_jax.envs.navigation.agents import NaiveAgent, OracleAgent
+  from rti_jax.policy.sft_data import play
+  from rti_jax.rollout import ChatFormatter
+
+  bench = nav.load_benchmark("tiny")
+  held = bench.train[-40:]  # the tasks the shipped build held out of SFT
+  tasks = [t for t in held if t.needs_disambiguation][:2] + [t for t in held if not t.needs_disambiguation][:2]
+  tok = AutoTokenizer.from_pretrained(POLICY)
+  fmt = ChatFormatter(tok)
+  model, _ = from_pretrained(POLICY)
+  env = nav.NavigationEnv(bench.world)
+  probe = decision_probe.DecisionProbe(tasks, env, fmt, int(tok.pad_token_id))
+
+  def logp_fn(_params, ids, mask):
+    return objectives.next_token_logprobs(model(ids, mask), ids)
+
+  episodes = {(t.task_id, kind): play(env, agent(t), t) for t in tasks
+              for kind, agent in (("oracle", OracleAgent), ("naive", NaiveAgent))}
+  return tasks, tok, probe, jax.jit(logp_fn), episodes
+
+
+def _reference_first_token_prob(torch_model, tok, messages) -> float:
+  """P(first token of the second assistant turn | everything before it), by transformers."""
+  second = [i for i, m in enumerate(messages) if m["role"] == "assistant"][1]
+  prompt = tok.apply_chat_template(messages[:second], add_generation_prompt=True, tokenize=True, return_dict=False)
+  full = tok.apply_chat_template(messages[:second + 1], add_generation_prompt=False, tokenize=True, return_dict=False)
+  assert full[:len(prompt)] == prompt
+  with torch.no_grad():
+    logits = torch_model(torch.tensor([prompt])).logits[0, -1].double()
+  return float(torch.softmax(logits, -1)[full[len(prompt)]])
+
+
+def test_probe_matches_transformers(shipped):
+  tasks, tok, probe, logp_fn, episodes = shipped
+  got = probe.measure(logp_fn, None)
+  ref_model = Qwen3ForCausalLM.from_pretrained(POLICY, dtype=torch.float32).eval()
+  need = [t for t in tasks if t.needs_disambiguation]
+  plain = [t for t in tasks if not t.needs_disambiguation]
+  want_research = np.mean([_reference_first_token_prob(ref_model, tok, episodes[(t.task_id, "oracle")]) for t in need])
+  want_trust = np.mean([_reference_first_token_prob(ref_model, tok, episodes[(t.task_id, "naive")]) for t in need])
+  want_plan = np.mean([_reference_first_token_prob(ref_model, tok, episodes[(t.task_id, "oracle")]) for t in plain])
+  np.testing.assert_allclose(got["p_research"], want_research, rtol=2e-3, atol=1e-6)
+  np.testing.assert_allclose(got["p_trust"], want_trust, rtol=2e-3, atol=1e-6)
+  np.testing.assert_allclose(got["p_plan_plain"], want_plan, rtol=2e-3, atol=1e-6)
+  # The shipped policy trusts an ambiguous first result (the base policy's designed mistake)
+  # and rarely re-searches on its own.
+  assert got["p_trust"] > 0.5 > got["p_research"]
+  assert np.isfinite(got["plain_logp"]) and got["plain_logp"] < 0
+
+
+def test_probe_rejects_an_empty_task_list(shipped):
+  _, tok, probe, _, _ = shipped
+  with pytest.raises(ValueError, match="at least one validation task"):
+    decision_probe.DecisionProbe([], None, None, 0)
