@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "experiments"))
+import decision_probe  # noqa: E402  (experiments/decision_probe.py)
 import delta_sweep  # noqa: E402  (experiments/delta_sweep.py)
 import navigation_ablation  # noqa: E402
 import navigation_baselines  # noqa: E402
@@ -214,3 +215,23 @@ def test_baselines_quick_prints_table1_rows_for_every_method(nav_policies, tmp_p
   # Without a teacher the OPD row is named as skipped, not silently dropped.
   variants, skipped = navigation_baselines.baseline_variants(["grpo", "opd"], str(tmp_path / "none"))
   assert list(variants) == ["grpo"] and "navigation_sft" in skipped["opd"]
+
+
+def test_decision_probe_quick_writes_its_figures(nav_policies, tmp_path, capsys):
+  out = tmp_path / "probe"
+  argv = ["--quick", "--no-progress", "--out", str(out), *_tiny(nav_policies["policy"]), "env.num_train=12",
+          "train.val_tasks=6"]
+  assert decision_probe.main(argv) == 0
+  rows = [json.loads(line) for line in (out / "probe.jsonl").read_text().splitlines()]
+  assert [r["iteration"] for r in rows] == [0, 1]  # before training, then after each iteration
+  for r in rows:
+    probs = [r[k] for k in ("p_research", "p_trust", "p_plan_plain") if np.isfinite(r[k])]
+    assert probs and all(0.0 <= p <= 1.0 for p in probs)
+    assert r["plain_logp"] < 0
+  res = _results(out)
+  assert res["validation"]["num_tasks"] == 6 and len(res["probe"]) == 2
+  assert (out / "probe.png").stat().st_size > 0
+  assert "Decision probe" in capsys.readouterr().out
+  # The probe reads validation tasks only: without a validation split it refuses to run.
+  assert decision_probe.main(["--quick", "--no-progress", "--out", str(tmp_path / "none"),
+                              *_tiny(nav_policies["policy"])]) == 2
