@@ -6,9 +6,10 @@
 
 RTI is trained once per threshold delta of Eq. 4 (``intervention.delta``) from the same base
 policy, budget and seed, plus a GRPO reference run (``--no-grpo`` skips it). Figure 3 plots
-the held-out Pass@4 during training for each delta: ``fig3_delta_pass4.png`` does that from
-the periodic evaluations (``train.eval_every``, on the first ``train.eval_tasks`` test tasks;
-the largest k <= ``train.eval_samples`` when that is below 4), and its right panel shows how
+Pass@4 during training for each delta: ``fig3_delta_pass4.png`` does that from the periodic
+evaluations (``train.eval_every``, on the validation split of ``train.val_tasks`` train tasks,
+or the first ``train.eval_tasks`` test tasks when there is none; the largest
+k <= ``train.eval_samples`` when that is below 4), and its right panel shows how
 many corrections the gate admitted per iteration. The table gives each delta's final
 held-out pass@k / pass^k and its intervention counters.
 

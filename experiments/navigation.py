@@ -155,7 +155,11 @@ def val_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
            if r.get(f"{method}_records") and "eval" in r[f"{method}_records"][-1]]
     if not evs:
       continue
-    mean = lambda part, key: 100 * float(np.mean([e[part][key] for e in evs if part in e])) if any(part in e for e in evs) else float("nan")  # noqa: E731
+
+    def mean(part: str, key: str) -> float:
+      xs = [e[part][key] for e in evs if part in e]
+      return 100 * float(np.mean(xs)) if xs else float("nan")
+
     rows.append([method, mean("all", "p@1"), mean("all", "avg p@k"), mean("disambiguation", "p@1"),
                  mean("not_disambiguation", "p@1"), evs[0]["num_tasks"]])
   return cols, rows

@@ -139,18 +139,27 @@ def test_length_chunked_update_equals_the_single_batch_update(policy_dir, tmp_pa
   import jax
 
   runs = {}
-  for n in (1, 4):
-    tr = Trainer(_cfg(policy_dir, "train.iterations=2", f"optim.length_chunks={n}"), tmp_path / f"c{n}",
-                 source=_toy_source(), progress=False)
-    runs[n] = (tr.train(), jax.tree.leaves(tr.state.params))
-  (r1, p1), (r4, p4) = runs[1], runs[4]
+  for beta in (0.0, 0.1):  # without and with the KL term (its reference log-probs are taken per chunk)
+    for n in (1, 4):
+      tr = Trainer(_cfg(policy_dir, "train.iterations=2", f"optim.length_chunks={n}", f"loss.beta={beta}"),
+                   tmp_path / f"c{n}b{beta}", source=_toy_source(), progress=False)
+      runs[beta, n] = (tr.train(), jax.tree.leaves(tr.state.params))
+  (r1, p1), (r4, p4) = runs[0.0, 1], runs[0.0, 4]
   for a, b in zip(r1, r4):
     for key in ("loss", "grad_norm", "clip_frac", "approx_kl_k3", "num_tokens"):
       assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
   for x, y in zip(p1, p4):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-6)
+  # With the KL term: the same metrics at both iterations (the second one has a non-zero KL).
+  # Parameters are not compared: at lr 0.01, Adam's normalised steps on near-zero gradient entries
+  # turn float summation-order differences into 1e-6-sized parameter differences.
+  (k1, _), (k4, _) = runs[0.1, 1], runs[0.1, 4]
+  assert k1[1]["loss"] != pytest.approx(r1[1]["loss"], rel=1e-6)  # the KL term is really in the loss
+  for a, b in zip(k1, k4):
+    for key in ("loss", "grad_norm", "clip_frac", "approx_kl_k3", "num_tokens"):
+      assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
   # 3 does not divide the 8 rows: the largest count below it that does (2) is used
-  r3 = Trainer(_cfg(policy_dir, "train.iterations=1", "optim.length_chunks=3"), tmp_path / "c3",
+  r3 = Trainer(_cfg(policy_dir, "train.iterations=1", "optim.length_chunks=3", "loss.beta=0"), tmp_path / "c3",
                source=_toy_source(), progress=False).train()
   assert r3[0]["grad_norm"] == pytest.approx(r1[0]["grad_norm"], rel=1e-4)
 
