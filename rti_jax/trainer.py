@@ -143,11 +143,13 @@ class Trainer:
     self.source = source or task_source(cfg)
     # Validation split (train.val_tasks): the last N train tasks, kept out of RL rollouts.
     n_val = cfg.train.val_tasks
-    if n_val and not 0 < n_val < len(self.source.train):
-      raise ValueError(f"train.val_tasks: expected fewer than the {len(self.source.train)} train tasks, got {n_val}")
-    self.val: list[Any] = list(self.source.train[len(self.source.train) - n_val:]) if n_val else []
+    self.val: list[Any] = []
     if n_val:
-      self.source = dataclasses.replace(self.source, train=list(self.source.train[:len(self.source.train) - n_val]))
+      train = list(self.source.train)
+      if not 0 < n_val < len(train):
+        raise ValueError(f"train.val_tasks: expected fewer than the {len(train)} train tasks, got {n_val}")
+      self.val, train = train[-n_val:], train[:-n_val]
+      self.source = dataclasses.replace(self.source, train=train)
     dtypes = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
     dtype = dtypes[cfg.policy.dtype]
     self.model, self.model_config = from_pretrained(
