@@ -21,7 +21,15 @@ under the current policy. Per iteration it reports:
   disambiguation tasks (competence on the steps RL should leave alone).
 
 The log-odds shift of ``p_trust`` against that of ``p_plan_plain`` tells whether an update
-moved a context-specific decision or only a bias. Writes ``probe.jsonl``, ``probe.png`` and a
+moved a context-specific decision or only a bias.
+
+With a policy whose format writes the check line first in that turn (``agents.check_line``; the
+build records ``"check_line": true`` in ``<policy>/build.json``), the three probabilities are
+read right after the (teacher-forced) line, and two more figures read the line itself:
+
+* ``p_check_odd``: on tasks that need disambiguation, the probability of the line's first word
+  naming the off stop (``Check: Nanhu Lake in Wuhan.``), in the oracle's episode;
+* ``p_check_all_plain``: on the other tasks, the probability of ``all`` (``Check: all in Xian.``). Writes ``probe.jsonl``, ``probe.png`` and a
 final validation evaluation (``results.json``) to the run directory.
 """
 
@@ -65,51 +73,72 @@ def turn_spans(mask: Sequence[bool]) -> list[tuple[int, int]]:
 class DecisionProbe:
   """Teacher-forced scoring of scripted episodes of ``tasks`` (Navigation tasks) under a policy.
 
-  Rows: (needs_disambiguation, agent kind, token ids, assistant-turn spans); one oracle episode per
-  task, plus a trusting (naive) one per task that needs disambiguation.
+  Rows: (needs_disambiguation, agent kind, token ids, assistant-turn spans, (c, d)); one oracle
+  episode per task, plus a trusting (naive) one per task that needs disambiguation. ``c`` and
+  ``d`` are offsets into the second turn: its check word and its decision token (both 0 without
+  ``check``: the decision is the turn's first token).
   """
 
-  def __init__(self, tasks: Sequence[Any], env: Any, formatter: Any, pad_id: int):
-    from rti_jax.envs.navigation.agents import NaiveAgent, OracleAgent
-    from rti_jax.policy.sft_data import encode_messages, play
+  def __init__(self, tasks: Sequence[Any], env: Any, formatter: Any, pad_id: int, check: bool = False):
+    from rti_jax.envs.navigation.agents import CHECK_PREFIX, NaiveAgent, OracleAgent
+    from rti_jax.policy.sft_data import encode_messages, play, scripted
 
-    self.rows: list[tuple[bool, str, list[int], list[tuple[int, int]]]] = []
+    self.check = check
+    tok = formatter.tokenizer
+    n_prefix = len(tok.encode(CHECK_PREFIX, add_special_tokens=False))
+    self.rows: list[tuple[bool, str, list[int], list[tuple[int, int]], tuple[int, int]]] = []
     for task in tasks:
       for kind, agent in (("oracle", OracleAgent), ("naive", NaiveAgent)):
         if kind == "naive" and not task.needs_disambiguation:
           continue
-        ids, mask = encode_messages(formatter, play(env, agent(task), task))
+        messages = play(env, scripted(agent, task, check), task)
+        ids, mask = encode_messages(formatter, messages)
         spans = turn_spans(mask)
         if len(spans) < 2:
           raise ValueError(f"{task.task_id}: the scripted {kind} episode has fewer than two turns")
-        self.rows.append((bool(task.needs_disambiguation), kind, ids, spans))
+        offsets = (0, 0)
+        if check:
+          second = [m for m in messages if m["role"] == "assistant"][1]["content"]
+          line = second.split("\n", 1)[0] + "\n"
+          line_ids = tok.encode(line, add_special_tokens=False)
+          s = spans[1][0]
+          if not line.startswith(CHECK_PREFIX) or ids[s:s + len(line_ids)] != line_ids:
+            raise ValueError(f"{task.task_id}: the {kind} episode's second turn does not start with a check line "
+                             "that tokenizes as its prefix")
+          offsets = (n_prefix, len(line_ids))
+        self.rows.append((bool(task.needs_disambiguation), kind, ids, spans, offsets))
     if not self.rows:
       raise ValueError("tasks: expected at least one validation task, got none")
     length = max(len(r[2]) for r in self.rows)
     length = -(-length // 128) * 128
     self.ids = np.full((len(self.rows), length), pad_id, np.int32)
     self.mask = np.zeros((len(self.rows), length), np.int32)
-    for k, (_, _, ids, _) in enumerate(self.rows):
+    for k, (_, _, ids, _, _) in enumerate(self.rows):
       self.ids[k, :len(ids)] = ids
       self.mask[k, :len(ids)] = 1
 
   def summarize(self, logp: np.ndarray) -> dict[str, float]:
     """The probe's figures from ``logp[k, t] = log p(ids[k, t] | ids[k, :t])`` (see module doc)."""
-    research, research_turn, trust, plan, plain, rest = [], [], [], [], [], []
-    for k, (need, kind, _, spans) in enumerate(self.rows):
+    research, research_turn, trust, plan, plain, rest, check_odd, check_all = [], [], [], [], [], [], [], []
+    for k, (need, kind, _, spans, (c, d)) in enumerate(self.rows):
       s, e = spans[1]
       if need and kind == "oracle":
-        research.append(np.exp(logp[k, s]))
-        research_turn.append(logp[k, s:e].sum())
+        research.append(np.exp(logp[k, s + d]))
+        research_turn.append(logp[k, s + d:e].sum())
         rest += [logp[k, a:b].sum() for a, b in spans[2:]]
+        check_odd.append(np.exp(logp[k, s + c]))
       elif need:
-        trust.append(np.exp(logp[k, s]))
+        trust.append(np.exp(logp[k, s + d]))
       else:
-        plan.append(np.exp(logp[k, s]))
+        plan.append(np.exp(logp[k, s + d]))
         plain += [logp[k, a:b].sum() for a, b in spans]
+        check_all.append(np.exp(logp[k, s + c]))
     mean = lambda xs: float(np.mean(xs)) if xs else float("nan")  # noqa: E731
-    return {"p_research": mean(research), "p_trust": mean(trust), "p_plan_plain": mean(plan),
-            "research_turn_logp": mean(research_turn), "disamb_rest_logp": mean(rest), "plain_logp": mean(plain)}
+    out = {"p_research": mean(research), "p_trust": mean(trust), "p_plan_plain": mean(plan),
+           "research_turn_logp": mean(research_turn), "disamb_rest_logp": mean(rest), "plain_logp": mean(plain)}
+    if self.check:
+      out.update(p_check_odd=mean(check_odd), p_check_all_plain=mean(check_all))
+    return out
 
   def measure(self, logp_fn: Any, params: Any) -> dict[str, float]:
     import jax.numpy as jnp
@@ -153,7 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
   (out / "config.yaml").write_text(to_yaml(cfg))
   trainer = Trainer(cfg, out / "train", progress=not args.no_progress)
-  probe = DecisionProbe(trainer.val, trainer.source.env_factory(), trainer.formatter, trainer.pad_id)
+  from rti_jax.policy.evaluate import policy_check_line
+
+  check = policy_check_line(cfg.policy.path)
+  probe = DecisionProbe(trainer.val, trainer.source.env_factory(), trainer.formatter, trainer.pad_id, check=check)
   records = [{"iteration": 0, **probe.measure(trainer._logp_fn, trainer.state.params)}]
   reporting.write_jsonl(out / "probe.jsonl", records)
   t0 = time.perf_counter()
@@ -166,13 +198,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     reporting.append_jsonl(out / "probe.jsonl", row)
     print(f"iter {row['iteration']:>3}  p_research {row['p_research']:.4f}  p_trust {row['p_trust']:.4f}  "
           f"p_plan_plain {row['p_plan_plain']:.4f}  plain_logp {row['plain_logp']:.3f}  "
-          f"replaced {row['groups_replaced']}  ({time.perf_counter() - t0:.0f} s)", flush=True)
+          + (f"p_check_odd {row['p_check_odd']:.4f}  p_check_all_plain {row['p_check_all_plain']:.4f}  " if check else "")
+          + f"replaced {row['groups_replaced']}  ({time.perf_counter() - t0:.0f} s)", flush=True)
   ev = trainer.evaluate(trainer.val, cfg.train.eval_samples, seed=10_000 + args.seeds[0], desc="eval val")
   ev.pop("successes", None)
   first, last = records[0], records[-1]
   logit = lambda p: float(np.log(p) - np.log1p(-p))  # noqa: E731
   cols = ["figure", "before", "after"]
-  rows = [[k, first[k], last[k]] for k in ("p_research", "p_trust", "p_plan_plain", "plain_logp", "disamb_rest_logp")]
+  keys = ("p_research", "p_trust", "p_plan_plain", "plain_logp", "disamb_rest_logp")
+  rows = [[k, first[k], last[k]] for k in keys + (("p_check_odd", "p_check_all_plain") if check else ())]
   rows += [["log-odds shift of trusting (disamb)", 0.0, logit(last["p_trust"]) - logit(first["p_trust"])],
            ["log-odds shift of planning (other)", 0.0, logit(last["p_plan_plain"]) - logit(first["p_plan_plain"])]]
   for part in ("all", "disambiguation", "not_disambiguation"):

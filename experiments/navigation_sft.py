@@ -82,6 +82,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--reading-checks", type=int, default=30,
                  help="held-out first turns / episodes for the teacher-forced reading checks after each stage "
                       "(experiments/name_copy_check.py; 0 = skip)")
+  p.add_argument("--check-line", type=int, choices=(0, 1), default=1,
+                 help="1: every scripted turn after the first search results starts with the check line "
+                      "(agents.check_line; build 8 on); 0: builds 1-7")
+  p.add_argument("--check-drills", type=int, default=3000,
+                 help="check-line drills in the main mix (sft_data.check_drill_examples; only with --check-line 1)")
+  p.add_argument("--init", default=None,
+                 help="continue from this policy dir (its tokenizer and weights) instead of a fresh model: no "
+                      "tokenizer build, no model init, no stage 0 (build 8 = build 7 + this stage, docs/tiny_policy.md)")
   p.add_argument("--eval-tasks", type=int, default=None, help="tasks per kind (disambiguation / plain) per split")
   p.add_argument("--eval-samples", type=int, default=8, help="samples per task at temperature 1")
   p.add_argument("--no-eval", action="store_true")
@@ -175,11 +183,21 @@ def main(argv: list[str] | None = None) -> int:
     train_tasks = train_tasks[:16]
   checks = args.reading_checks > 0 and bool(held) and not args.quick
 
-  # Tokenizer: trained on train-split transcripts plus every benchmark token.
-  tok = build_tokenizer(sft_data.corpus_texts(train_tasks, env) + list(nav.vocabulary()), args.vocab,
-                        pattern=NAME_PATTERN if args.pattern == "names" else PRE_TOKENIZER_PATTERN)
+  check = bool(args.check_line)
+  if args.init:
+    from transformers import AutoTokenizer
+
+    from models.weights import from_pretrained
+
+    if not os.path.isdir(args.init):
+      raise SystemExit(f"--init: {args.init} is not a directory (a policy dir with config.json and tokenizer files)")
+    tok = AutoTokenizer.from_pretrained(args.init, local_files_only=True)
+  else:
+    # Tokenizer: trained on train-split transcripts plus every benchmark token.
+    tok = build_tokenizer(sft_data.corpus_texts(train_tasks, env, check=check) + list(nav.vocabulary()), args.vocab,
+                          pattern=NAME_PATTERN if args.pattern == "names" else PRE_TOKENIZER_PATTERN)
   fmt = ChatFormatter(tok)
-  mix = sft_data.MixConfig(resolve_share=args.resolve_share, seed=args.seed)
+  mix = sft_data.MixConfig(resolve_share=args.resolve_share, seed=args.seed, check=check)
   examples = sft_data.build_examples(train_tasks, env, fmt, mix)
   examples += sft_data.name_swap_examples(train_tasks, env, fmt, args.name_swap // (20 if args.quick else 1),
                                           seed=args.seed + 7)
@@ -187,23 +205,30 @@ def main(argv: list[str] | None = None) -> int:
   # tasks, so none repeats a benchmark task; nothing else of the test split is read.
   taken = frozenset(frozenset(s.poi_id for s in t.stops) for t in bench.train + bench.test)
   examples += sft_data.swap_episode_examples(train_tasks, env, fmt, args.swap_episodes // (20 if args.quick else 1),
-                                             seed=args.seed + 11, exclude=taken)
+                                             seed=args.seed + 11, exclude=taken, check=check)
   examples += sft_data.swap_disamb_examples(train_tasks, env, fmt, args.swap_disamb // (20 if args.quick else 1),
-                                            seed=args.seed + 13, exclude=taken)
+                                            seed=args.seed + 13, exclude=taken, check=check)
+  if check:
+    examples += sft_data.check_drill_examples(train_tasks, env, fmt, args.check_drills // (20 if args.quick else 1),
+                                              seed=args.seed + 17, exclude=taken)
   data_summary = sft_data.summary(examples)
   log(f"tokenizer: {len(tok)} tokens; SFT data: {json.dumps(data_summary)}")
 
   pad_id, eos_id = tok.convert_tokens_to_ids(PAD_TOKEN), tok.convert_tokens_to_ids(END_OF_TURN)
-  mcfg = sft.tiny_qwen3_config(len(tok), hidden_size=args.hidden, num_layers=args.layers,
-                               num_heads=args.heads, num_kv_heads=1, head_dim=args.head_dim,
-                               intermediate_size=2 * args.hidden, pad_token_id=pad_id, eos_token_id=eos_id)
-  model = Qwen(mcfg, rngs=nnx.Rngs(args.seed))
-  sft.sharpen_qk_norm(model, args.qk_norm_init)
-  sft.scale_embeddings(model, args.embed_std, args.final_norm_init, seed=args.seed + 1)
-  sft.add_type_direction(model, sft_data.place_name_token_ids(tok, env), args.name_type_init, seed=args.seed + 8)
+  if args.init:
+    model, mcfg = from_pretrained(args.init)
+  else:
+    mcfg = sft.tiny_qwen3_config(len(tok), hidden_size=args.hidden, num_layers=args.layers,
+                                 num_heads=args.heads, num_kv_heads=1, head_dim=args.head_dim,
+                                 intermediate_size=2 * args.hidden, pad_token_id=pad_id, eos_token_id=eos_id)
+    model = Qwen(mcfg, rngs=nnx.Rngs(args.seed))
+    sft.sharpen_qk_norm(model, args.qk_norm_init)
+    sft.scale_embeddings(model, args.embed_std, args.final_norm_init, seed=args.seed + 1)
+    sft.add_type_direction(model, sft_data.place_name_token_ids(tok, env), args.name_type_init, seed=args.seed + 8)
   n_params = sft.count_params(model)
-  log(f"model: qwen3 hidden {mcfg.hidden_size}, {mcfg.num_layers} layers, vocab {mcfg.vocab_size}, {n_params} params")
-  if args.name_drill_steps > 0:
+  log(f"model: qwen3 hidden {mcfg.hidden_size}, {mcfg.num_layers} layers, vocab {mcfg.vocab_size}, {n_params} params"
+      + (f" (from {args.init})" if args.init else ""))
+  if args.name_drill_steps > 0 and not args.init:
     # Stage 0: reading stop names out of requests, on first-turn drills alone (short sequences).
     drills = [sft_data.without_system_turn(fmt, e)
               for e in sft_data.name_swap_examples(train_tasks, env, fmt, args.name_drill_examples or 16 * args.name_drill_steps,
@@ -252,20 +277,27 @@ def main(argv: list[str] | None = None) -> int:
   reading = reading_check(model, tok, fmt, args.reading_checks, held) if checks else None
   if reading:
     log(f"reading after SFT: {json.dumps(reading)}")
+  decision = decision_check(model, fmt, held, env, pad_id, check) if held and not args.quick else None
+  if decision:
+    log(f"decision after SFT (teacher-forced, held-out tasks): {json.dumps(decision)}")
 
   os.makedirs(args.policy_dir, exist_ok=True)
   save_pretrained(model, mcfg, args.policy_dir)
   tok.save_pretrained(args.policy_dir)
+  with open(os.path.join(args.policy_dir, "build.json"), "w") as f:  # what the policy's format expects
+    json.dump({"check_line": check, "init": args.init,
+               "argv": list(argv) if argv is not None else sys.argv[1:]}, f, indent=1)
   plot_loss(result.losses, os.path.join(args.out, "loss.png"))
   metrics: dict[str, Any] = {
-    "name_drills": name_stage if args.name_drill_steps > 0 else None,
+    "name_drills": name_stage if args.name_drill_steps > 0 and not args.init else None,
+    "init": args.init, "check_line": check, "argv": list(argv) if argv is not None else sys.argv[1:],
     "seed": args.seed, "quick": args.quick, "policy_dir": os.path.relpath(args.policy_dir, ROOT),
     "sft_tasks": len(train_tasks), "holdout_tasks": [t.task_id for t in held],
     "tokenizer_size": len(tok), "model": mcfg.to_hf_dict(), "params": n_params,
     "sft": {"steps": result.steps, "wall_s": result.wall_s, "losses": result.losses,
             "tokens_trained": result.tokens_trained, "config": vars(scfg) if hasattr(scfg, "__dict__") else str(scfg)},
     "data": data_summary, "mix": vars(mix) if hasattr(mix, "__dict__") else str(mix),
-    "reading": reading,
+    "reading": reading, "decision": decision,
   }
 
   # Saved before the evaluation, so a failed evaluation loses nothing (--eval-only reruns it).
@@ -291,6 +323,22 @@ def reading_check(model: Any, tok: Any, fmt: Any, n: int, tasks: list[Any], swap
   if not swapped_only:
     out["episodes"] = brief(name_copy_check.measure_model(model, tok, fmt, n, tasks=tasks))
   return out
+
+
+def decision_check(model: Any, fmt: Any, tasks: list[Any], env: Any, pad_id: int, check: bool) -> dict[str, float]:
+  """The decision probe's figures (``experiments/decision_probe.py``) on held-out train tasks,
+  teacher-forced: the check word and the decision after the first search results."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  import decision_probe
+  from rti_jax import objectives
+
+  probe = decision_probe.DecisionProbe(tasks, env, fmt, pad_id, check=check)
+  logp = jax.jit(lambda ids, m: objectives.next_token_logprobs(model(ids, m), ids))(
+    jnp.asarray(probe.ids), jnp.asarray(probe.mask))
+  return probe.summarize(np.asarray(logp))
 
 
 def save_metrics(args: argparse.Namespace, metrics: dict[str, Any], wall_s: float, log: Any) -> None:
@@ -338,25 +386,37 @@ def write_card(args: argparse.Namespace, metrics: dict[str, Any], path: str) -> 
     "byte-level BPE tokenizer and a Qwen-style chat template, built by SFT on scripted",
     "train-split trajectories only. Rebuild it with:",
     "",
-    f"    python experiments/run.py --exp=navigation_sft --seed {args.seed}",
+    "    python experiments/run.py --exp=navigation_sft " + " ".join(metrics.get("argv") or [f"--seed {args.seed}"]),
     "",
     f"Params: {metrics['params']}; tokenizer: {metrics['tokenizer_size']} tokens; "
     f"SFT: {metrics['sft']['steps']} steps, {metrics['sft']['wall_s']:.0f} s on the build machine's CPU.",
     f"SFT mix: {json.dumps(metrics['data']['kinds'])}.",
-    f"Pre-tokenizer: {PATTERN_NOTES[args.pattern]}; "
-    f"init: embeddings std {args.embed_std}, final norm {args.final_norm_init}, q/k norm {args.qk_norm_init}, "
-    f"a shared place-name direction of norm {args.name_type_init}; {args.heads} heads x {args.head_dim}; "
-    f"stage 0: {(metrics.get('name_drills') or {}).get('steps', args.name_drill_steps)} steps on "
-    f"{(metrics.get('name_drills') or {}).get('examples', '?')} distinct first-turn name drills "
-    f"(why: docs/tiny_policy.md). Searches in the order the request names the places; "
-    f"{len(metrics.get('holdout_tasks') or [])} train tasks held out of SFT for diagnostics.",
   ]
+  held_note = (f"Searches in the order the request names the places; "
+               f"{len(metrics.get('holdout_tasks') or [])} train tasks held out of SFT for diagnostics.")
+  if metrics.get("init"):
+    lines.append(f"Continued from the policy in `{metrics['init']}` (its tokenizer, weights and architecture; "
+                 f"no tokenizer build, init or stage 0 here; see that policy's card). {held_note}")
+  else:
+    lines.append(
+      f"Pre-tokenizer: {PATTERN_NOTES[args.pattern]}; "
+      f"init: embeddings std {args.embed_std}, final norm {args.final_norm_init}, q/k norm {args.qk_norm_init}, "
+      f"a shared place-name direction of norm {args.name_type_init}; {args.heads} heads x {args.head_dim}; "
+      f"stage 0: {(metrics.get('name_drills') or {}).get('steps', args.name_drill_steps)} steps on "
+      f"{(metrics.get('name_drills') or {}).get('examples', '?')} distinct first-turn name drills "
+      f"(why: docs/tiny_policy.md). {held_note}")
   ep = (metrics.get("reading") or {}).get("episodes")
   if ep:
     by = " / ".join(f"{v:.0%}" for v in ep["by_search"].values())
     lines += ["", "Teacher-forced on held-out train episodes (argmax): coordinates copied "
               f"{ep['coordinates']:.0%}; search names right {ep['search_names']:.0%} (by search {by}), "
               f"one of the request's names {ep['a_request_name']:.0%}; names after the results {ep['names_after_results']:.0%}."]
+  dec = metrics.get("decision")
+  if dec and metrics.get("check_line"):
+    lines += ["", "Check line (docs/tiny_policy.md), teacher-forced on the held-out train tasks: the off stop named "
+              f"with probability {dec['p_check_odd']:.3f} after ambiguous results, `all` {dec['p_check_all_plain']:.3f} "
+              f"after plain ones; after the line: re-search {dec['p_research']:.4f}, trust {dec['p_trust']:.3f}, "
+              f"plan (plain) {dec['p_plan_plain']:.3f}."]
   if metrics.get("note"):
     lines += ["", f"Note: {metrics['note']}."]
   if "eval" in metrics:

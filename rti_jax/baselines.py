@@ -177,16 +177,19 @@ def add_policy_signals(batch: objectives.RTIBatch, *, entropy: jax.Array | None 
 # ---------------------------------------------------------------------------------------
 
 
-def demonstrator_for(domain: str) -> Callable[[Any], Any]:
+def demonstrator_for(domain: str, check_line: bool = False) -> Callable[[Any], Any]:
   """``task -> agent`` (with ``act(messages) -> str``) writing LUFFY's off-policy demonstrations.
 
   navigation: the scripted ``OracleAgent`` (searches, re-searches off-city stops with the
-  trip's region, plans the route). Other domains have no offline demonstrator yet.
+  trip's region, plans the route); with ``check_line`` (a policy whose format writes the check
+  line, ``<policy>/build.json``) wrapped in ``CheckedAgent`` so the demonstrations are in the
+  policy's own format. Other domains have no offline demonstrator yet.
   """
   if domain == "navigation":
     from rti_jax.envs.navigation import OracleAgent
+    from rti_jax.envs.navigation.agents import CheckedAgent
 
-    return OracleAgent
+    return (lambda task: CheckedAgent(OracleAgent(task))) if check_line else OracleAgent
   raise ValueError(f"domain: expected 'navigation' (the only domain with a scripted demonstrator), got {domain!r}")
 
 

@@ -208,7 +208,12 @@ class Trainer:
     if method == "opd":
       teacher = baselines.load_teacher(cfg.baselines.teacher_path, self.tokenizer, self.model_config.vocab_size, dtype)
       self.teacher_logp_fn = baselines.make_teacher_logp_fn(teacher)
-    self.demonstrator = baselines.demonstrator_for(self.source.domain) if method == "luffy" else None
+    if method == "luffy":
+      from rti_jax.policy.evaluate import policy_check_line
+
+      self.demonstrator = baselines.demonstrator_for(self.source.domain, policy_check_line(cfg.policy.path))
+    else:
+      self.demonstrator = None
     bcfg = cfg.baselines
     self.aepo_branching = None
     if method == "aepo" and bcfg.aepo_branching:  # AEPO's entropy-balanced rollout (rti_jax/aepo_rollout.py)

@@ -227,6 +227,29 @@ def test_mix_replaces_one_member_of_all_fail_groups_and_counts_bad_demonstration
     baselines.demonstrator_for("telecom")
 
 
+def test_luffy_demonstrations_follow_the_policy_format(tmp_path):
+  from rti_jax.envs import navigation as nav
+  from rti_jax.policy.evaluate import policy_check_line
+  from rti_jax.policy.sft_data import play
+
+  bench = nav.load_benchmark("tiny")
+  task = next(t for t in bench.train if t.needs_disambiguation)
+  env = nav.NavigationEnv(bench.world)
+  turns = {}
+  for check in (False, True):
+    agent = baselines.demonstrator_for("navigation", check_line=check)(task)
+    turns[check] = [m["content"] for m in play(env, agent, task) if m["role"] == "assistant"]
+  assert turns[True][1] == turns[True][1].split("\n", 1)[0] + "\n" + turns[False][1]
+  assert turns[True][1].startswith("Check: ") and turns[True][2:] == turns[False][2:]
+  # the policy dir says which format it writes (build.json); none = no check line; a bad file is named
+  assert policy_check_line(tmp_path) is False
+  (tmp_path / "build.json").write_text('{"check_line": true}')
+  assert policy_check_line(tmp_path) is True
+  (tmp_path / "build.json").write_text("[1, 2")
+  with pytest.raises(ValueError, match="build.json"):
+    policy_check_line(tmp_path)
+
+
 def test_luffy_trainer_trains_on_oracle_tokens_marked_off_policy(dirs, tmp_path):
   from rti_jax.trainer import Trainer
 

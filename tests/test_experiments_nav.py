@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import shutil
 import sys
 
 import numpy as np
@@ -235,3 +236,13 @@ def test_decision_probe_quick_writes_its_figures(nav_policies, tmp_path, capsys)
   # The probe reads validation tasks only: without a validation split it refuses to run.
   assert decision_probe.main(["--quick", "--no-progress", "--out", str(tmp_path / "none"),
                               *_tiny(nav_policies["policy"])]) == 2
+  # A policy built with the check line (build.json) is probed after the line, and on the line itself.
+  checked = tmp_path / "checked_policy"
+  shutil.copytree(nav_policies["policy"], checked)
+  (checked / "build.json").write_text('{"check_line": true}')
+  out = tmp_path / "probe_checked"
+  argv = ["--quick", "--no-progress", "--out", str(out), *_tiny(str(checked)), "env.num_train=12", "train.val_tasks=6"]
+  assert decision_probe.main(argv) == 0
+  rows = [json.loads(line) for line in (out / "probe.jsonl").read_text().splitlines()]
+  assert all(0.0 <= r["p_check_odd"] <= 1.0 and 0.0 <= r["p_check_all_plain"] <= 1.0 for r in rows)
+  assert "p_check_odd" in (out / "table.md").read_text()

@@ -1,5 +1,6 @@
 """Reference agents on the full default splits, vocabulary coverage, and the CLI."""
 
+import collections
 import functools
 import json
 import re
@@ -113,3 +114,47 @@ def test_first_turn_searches_follow_the_request_order():
     if task.template == "end_b":  # "My last stop must be X. Before that, ...": X is searched first
       assert names[0] == task.stops[-1].name
   assert reordered > 10  # some templates mention the stops out of route order
+
+
+def _first_results(messages):
+  """{searched name: city of its first result line} after the first turn, read with a regex."""
+  turn1 = [m for m in messages if m["role"] == "assistant"][0]["content"]
+  names = re.findall(r'"address": "([^"]+)"', turn1)
+  obs = [m["content"] for m in messages[messages.index(next(m for m in messages if m["role"] == "assistant")) + 1:]
+         if m["role"] == "tool"][:len(names)]
+  return {n: (re.search(r"^1\. name [^;]+; city ([^;]+);", o, re.M) or [None, None])[1] for n, o in zip(names, obs)}
+
+
+def test_check_line_names_exactly_the_stops_the_oracle_re_searches():
+  from rti_jax.envs.navigation.agents import CHECK_PREFIX, CheckedAgent
+  from rti_jax.policy.sft_data import TrustingAgent, play
+
+  b = load_benchmark("tiny")
+  env = NavigationEnv(b.world)
+  seen = collections.Counter()
+  for task in b.train[:200]:
+    oracle = play(env, CheckedAgent(OracleAgent(task)), task)
+    turns = [m["content"] for m in oracle if m["role"] == "assistant"]
+    line, rest = turns[1].split("\n", 1)
+    assert line.startswith(CHECK_PREFIX) and not rest.startswith(CHECK_PREFIX)
+    assert all(not t.startswith(CHECK_PREFIX) for i, t in enumerate(turns) if i != 1)
+    # the stops the oracle re-searches (regioned searches after the first turn), with their first result's city
+    researched = [c.arguments["address"] for t in turns[1:] for c in parse_assistant_turn(t).tool_calls
+                  if c.name == "poi_search"]
+    first = _first_results(oracle)
+    if researched:  # in the order of the first searches (the oracle re-searches in route order)
+      assert line == CHECK_PREFIX + ", ".join(f"{n} in {c}" for n, c in first.items() if n in researched) + "."
+      assert len(set(researched)) == len(researched) and set(researched) <= set(first)
+      assert task.needs_disambiguation
+    else:
+      trip = next(iter(set(first.values()) - {None}), None)
+      assert line == f"{CHECK_PREFIX}all in {trip}.", (task.task_id, line, first)
+    seen["odd" if researched else "all"] += 1
+    # the wrapper adds the line and changes nothing else: same calls, same reward
+    for agent in (OracleAgent, TrustingAgent):
+      plain_ep, checked_ep = run_episode(env, agent(task), task), run_episode(env, CheckedAgent(agent(task)), task)
+      assert plain_ep.reward == checked_ep.reward
+      a = [m["content"] for m in plain_ep.messages if m["role"] == "assistant"]
+      c = [m["content"] for m in checked_ep.messages if m["role"] == "assistant"]
+      assert c[0] == a[0] and c[2:] == a[2:] and c[1] == line + "\n" + a[1]
+  assert seen["odd"] > 50 and seen["all"] > 50

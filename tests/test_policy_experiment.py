@@ -27,6 +27,8 @@ def test_quick_build_writes_checkpoint_metrics_and_plot(tmp_path):
   assert metrics["data"]["kinds"]["swap_episode"] == 100  # --swap-episodes 2000 // 20
   assert metrics["data"]["kinds"]["swap_resolve_ctx"] == 40  # --swap-disamb 800 // 20
   assert metrics["name_drills"]["examples"] == 40
+  assert metrics["data"]["kinds"]["check_drill"] == 150 and metrics["check_line"] is True  # --check-drills 3000 // 20
+  assert json.loads((out / "policy" / "build.json").read_text())["check_line"] is True
   from rti_jax.envs import navigation as nav
 
   train = nav.load_benchmark("tiny").train
@@ -38,6 +40,29 @@ def test_quick_build_writes_checkpoint_metrics_and_plot(tmp_path):
   assert tok.chat_template == CHAT_TEMPLATE
   hf = AutoModelForCausalLM.from_pretrained(str(policy), local_files_only=True)
   assert hf.config.model_type == "qwen3" and hf.config.vocab_size >= len(tok)
+
+
+def test_init_continues_from_a_policy_dir_with_its_tokenizer_and_config(tmp_path):
+  sys.path.insert(0, "experiments")
+  import navigation_sft
+  from safetensors.numpy import load_file
+
+  first, second = tmp_path / "a", tmp_path / "b"
+  assert navigation_sft.main(["--quick", "--no-eval", "--out", str(first), "--epochs", "0.2", "--check-line", "0",
+                               "--name-drill-examples", "20"]) == 0
+  assert json.loads((first / "policy" / "build.json").read_text())["check_line"] is False
+  assert navigation_sft.main(["--quick", "--no-eval", "--out", str(second), "--epochs", "0.2", "--lr", "1e-3",
+                               "--init", str(first / "policy")]) == 0
+  metrics = json.loads((second / "metrics.json").read_text())
+  assert metrics["init"] == str(first / "policy") and metrics["name_drills"] is None and metrics["check_line"] is True
+  assert (first / "policy" / "tokenizer.json").read_text() == (second / "policy" / "tokenizer.json").read_text()
+  assert json.loads((first / "policy" / "config.json").read_text()) == json.loads((second / "policy" / "config.json").read_text())
+  a, b = load_file(str(first / "policy" / "model.safetensors")), load_file(str(second / "policy" / "model.safetensors"))
+  assert a.keys() == b.keys() and any(not np.array_equal(a[k], b[k]) for k in a)  # it trained further
+  card = (second / "policy" / "README.md").read_text()
+  assert "Continued from the policy in" in card and "stage 0:" not in card
+  with pytest.raises(SystemExit, match="--init"):
+    navigation_sft.main(["--quick", "--no-eval", "--out", str(tmp_path / "c"), "--init", str(tmp_path / "none")])
 
 
 def test_unknown_option_is_rejected():

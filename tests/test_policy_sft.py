@@ -421,3 +421,39 @@ def test_sft_data_does_not_depend_on_the_string_hash_seed():
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, check=True)
     digests.add(out.stdout.strip().splitlines()[-1])
   assert len(digests) == 1
+
+
+def test_check_drills_train_exactly_the_check_line_on_both_kinds_of_task(setup):
+  bench, env, tok, fmt, tasks, _ = setup
+  taken = frozenset(frozenset(s.poi_id for s in t.stops) for t in bench.train + bench.test)
+  ex = sft_data.check_drill_examples(tasks[:10], env, fmt, 30, seed=3, exclude=taken)
+  assert len(ex) == 30 and {e.kind for e in ex} == {"check_drill"}
+  assert [e.task_id for e in ex[:10]] == [t.task_id for t in tasks[:10]]
+  lines = []
+  for e in ex:
+    trained = tok.decode([i for i, m in zip(e.token_ids, e.loss_mask) if m])
+    full = tok.decode(list(e.token_ids))
+    assert re.fullmatch(r"Check: [^\n]+\.\n", trained), trained
+    # the line is the start of the last assistant turn, and that turn is the episode's second
+    last = full.rsplit("<|im_start|>assistant\n", 1)[1]
+    assert last.startswith(trained) and full.count("<|im_start|>assistant") == 2
+    lines.append(trained)
+  swapped = lines[10:]
+  assert sum(not line.startswith("Check: all") for line in swapped) == 10  # alternately needing a re-search
+  assert sft_data.check_drill_examples(tasks[:10], env, fmt, 30, seed=3, exclude=taken) == ex
+  assert sft_data.check_drill_examples(tasks, env, fmt, 0) == []
+
+
+def test_mix_with_check_line_starts_every_second_turn_with_it(setup):
+  bench, env, tok, fmt, tasks, plain_mix = setup
+  mix = sft_data.MixConfig(resolve_share=0.2, continue_share=0.5, correction_share=1.0, perturb_share=0.5, check=True)
+  ex = sft_data.build_examples(tasks, env, fmt, mix)
+  assert [e.kind for e in ex] == [e.kind for e in plain_mix]
+  for e, old in zip(ex, plain_mix):
+    full, before = tok.decode(list(e.token_ids)), tok.decode(list(old.token_ids))
+    turns = full.split("<|im_start|>assistant\n")[1:]
+    if e.kind == "correction":  # p_cal and target: the draft and the target carry the line where they are turn 2
+      continue
+    assert turns[1].startswith("Check: ") and all(not t.startswith("Check: ") for i, t in enumerate(turns) if i != 1)
+    # everything but the line is the mix without it
+    assert re.sub(r"Check: [^\n]*\n", "", full) == before

@@ -43,6 +43,22 @@ def load_policy(path: str | os.PathLike) -> tuple[Any, Any, ChatFormatter]:
   return model, tok, ChatFormatter(tok)
 
 
+def policy_check_line(path: str | os.PathLike) -> bool:
+  """Whether the policy in ``path`` writes the check line after the first search results
+  (``envs.navigation.agents.check_line``), as its build recorded in ``build.json``; False for a
+  policy dir without one (builds 1-7, any other checkpoint)."""
+  import json
+
+  meta = os.path.join(os.fspath(path), "build.json")
+  if not os.path.exists(meta):
+    return False
+  try:
+    with open(meta) as f:
+      return bool(json.load(f).get("check_line", False))
+  except (OSError, ValueError, AttributeError) as e:
+    raise ValueError(f"{meta}: expected a JSON object with a boolean 'check_line' ({e})") from e
+
+
 def rollout_config(group_size: int, temperature: float, max_new_tokens: int = 192, max_context_tokens: int = 2048,
                    seed: int = 0) -> RolloutConfig:
   """Rollout settings sized for the tiny policy (episodes of about 1k tokens)."""

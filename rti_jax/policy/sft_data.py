@@ -34,10 +34,19 @@ The mix (train split only) shapes the base policy like the paper's backbone:
   train tasks by the same stop swap. Once a corrected re-search is in the context, the direction
   call must copy the re-searched stop and the other stops from this episode's results (without
   them the policy recalls stops of trained routes after a re-search).
+* ``check_drill`` (``check_drill_examples``, optional): the check line alone (``check=True``,
+  below), trained after the first search results of train tasks and of swapped-stop tasks, half
+  of them needing disambiguation.
 * ``name_swap`` (``name_swap_examples``, optional): first-turn drills. A train task's
   request with its stop names swapped for other places of the map, and the oracle's first
   turn (the searches) with the same swap; only that turn is trained. They teach reading the
   stop names out of the request instead of writing names seen often.
+
+``check=True`` (every builder takes it): every scripted episode's turn after the first search
+results starts with the check line (``agents.check_line``: ``Check: Nanhu Lake in Wuhan.`` or
+``Check: all in Chengdu.``), the trusting agent's included. The line makes the comparison that
+tells an ambiguous result from a plain one an explicit, hard-labelled output of the policy, so
+that the re-search decision RL must learn has a local cue (docs/tiny_policy.md).
 """
 
 from __future__ import annotations
@@ -52,9 +61,9 @@ from rti_jax.envs.navigation import NavigationEnv, NavTask, OracleAgent
 from rti_jax.envs.navigation.tasks import stage3_reject_reason, stop_at, template_level, unregioned_misses
 from rti_jax.envs.navigation.tools import around
 from rti_jax.envs.navigation.words import SCENIC_TYPE
-from rti_jax.envs.navigation.agents import (PLAN_NOW, SEARCH_FIRST, Candidate, _direction_call, _direction_done,
-                                            _final_answer, direction_call, mention_order, observed_searches,
-                                            parse_candidates, render_turn)
+from rti_jax.envs.navigation.agents import (CHECK_PREFIX, PLAN_NOW, SEARCH_FIRST, Candidate, CheckedAgent,
+                                            _direction_call, _direction_done, _final_answer, direction_call,
+                                            mention_order, observed_searches, parse_candidates, render_turn)
 from rti_jax.envs.tool_calls import ToolCall, parse_assistant_turn
 from rti_jax.intervention.judges import StepContext, feedback_message
 from rti_jax.intervention.rules_navigation import NavigationRuleValidator, NavigationRuleVerifier
@@ -62,7 +71,7 @@ from rti_jax.rollout import ChatFormatter
 
 Message = dict[str, Any]
 KINDS = ("plain", "trusting", "resolve", "resolve_ctx", "correction", "name_swap", "swap_episode",
-         "swap_trusting", "swap_resolve_ctx", "swap_correction")
+         "swap_trusting", "swap_resolve_ctx", "swap_correction", "check_drill")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +116,7 @@ class MixConfig:
   correction_share: share of disambiguation tasks with a correction example on the
     trusting draft; perturb_share: share of all tasks with a correction example on a
     perturbed (wrong order / unseen coordinate) direction draft.
+  check: the scripted turns after the first search results start with the check line.
   """
 
   resolve_share: float = 0.06
@@ -114,6 +124,7 @@ class MixConfig:
   correction_share: float = 0.6
   perturb_share: float = 0.15
   seed: int = 0
+  check: bool = False
 
   def __post_init__(self) -> None:
     for f in ("resolve_share", "continue_share", "correction_share", "perturb_share"):
@@ -155,6 +166,13 @@ def play(env: NavigationEnv, agent: Any, task: NavTask) -> list[Message]:
     messages = env.transcript.messages
     if result.done:
       return list(messages)
+
+
+def scripted(agent_cls: Any, task: NavTask, check: bool = False) -> Any:
+  """``agent_cls(task)``, wrapped in ``CheckedAgent`` when ``check`` (the policy's format writes
+  the check line after the first search results)."""
+  agent = agent_cls(task)
+  return CheckedAgent(agent) if check else agent
 
 
 def encode_messages(formatter: ChatFormatter, messages: Sequence[Message], trained: Sequence[bool] | None = None,
@@ -252,12 +270,12 @@ def build_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: Chat
     out.append(SFTExample(task.task_id, kind, tuple(ids), tuple(mask)))
 
   for task in tasks:
-    oracle = play(env, OracleAgent(task), task)
+    oracle = play(env, scripted(OracleAgent, task, mix.check), task)
     a_idx = _assistant_indices(oracle)
     if not task.needs_disambiguation or len(a_idx) == 3:  # hints alone resolve it: no re-search turn
       add(task, "plain", oracle)
     else:
-      trusting = play(env, TrustingAgent(task), task)
+      trusting = play(env, scripted(TrustingAgent, task, mix.check), task)
       add(task, "trusting", trusting)
       u = rng.random(3)
       n_turns = len(a_idx)
@@ -367,7 +385,8 @@ def swapped_task(task: NavTask, world: Any, rng: np.random.Generator,
 
 
 def swap_episode_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: ChatFormatter, num: int,
-                          seed: int = 0, exclude: frozenset[frozenset[str]] = frozenset()) -> list[SFTExample]:
+                          seed: int = 0, exclude: frozenset[frozenset[str]] = frozenset(),
+                          check: bool = False) -> list[SFTExample]:
   """``num`` whole oracle episodes (kind ``swap_episode``) of plain tasks made from ``tasks`` (pass
   the train split only) by :func:`swapped_task`; deterministic for ``seed``. ``exclude``: stop
   sets (POI ids) no generated task may have; pass those of every benchmark task, the test
@@ -386,14 +405,15 @@ def swap_episode_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatte
     if task is None or frozenset(s.poi_id for s in task.stops) in seen:
       continue
     seen.add(frozenset(s.poi_id for s in task.stops))
-    ids, mask = encode_messages(formatter, play(env, OracleAgent(task), task))
+    ids, mask = encode_messages(formatter, play(env, scripted(OracleAgent, task, check), task))
     out.append(SFTExample(task.task_id, "swap_episode", tuple(ids), tuple(mask)))
   return out
 
 
 def swap_disamb_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: ChatFormatter, num: int,
                          seed: int = 0, exclude: frozenset[frozenset[str]] = frozenset(),
-                         trusting_share: float = 0.5, correction_share: float = 0.6) -> list[SFTExample]:
+                         trusting_share: float = 0.5, correction_share: float = 0.6,
+                         check: bool = False) -> list[SFTExample]:
   """Disambiguation kinds on ``num`` new tasks that need a re-search, made from ``tasks`` (pass the
   train split only) by :func:`swapped_task`; deterministic for ``seed``; ``exclude`` as for
   :func:`swap_episode_examples`.
@@ -416,7 +436,7 @@ def swap_disamb_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter
     task = swapped_task(source[int(rng.integers(len(source)))], env.world, rng, exclude, disambiguation=True)
     if task is None or frozenset(s.poi_id for s in task.stops) in seen:
       continue
-    oracle = play(env, OracleAgent(task), task)
+    oracle = play(env, scripted(OracleAgent, task, check), task)
     a_idx = _assistant_indices(oracle)
     if len(a_idx) <= 3 or env.transcript.reward != 1.0:  # no re-search turn (or, defensively, no success)
       continue
@@ -424,7 +444,7 @@ def swap_disamb_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter
     ids, mask = encode_messages(formatter, oracle, [j != 1 for j in range(len(a_idx))])
     out.append(SFTExample(task.task_id, "swap_resolve_ctx", tuple(ids), tuple(mask)))
     u = rng.random(2)
-    trusting = play(env, TrustingAgent(task), task)
+    trusting = play(env, scripted(TrustingAgent, task, check), task)
     if u[0] < trusting_share:
       ids, mask = encode_messages(formatter, trusting)
       out.append(SFTExample(task.task_id, "swap_trusting", tuple(ids), tuple(mask)))
@@ -439,6 +459,57 @@ def swap_disamb_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter
   return out
 
 
+def check_drill_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: ChatFormatter, num: int,
+                         seed: int = 0, exclude: frozenset[frozenset[str]] = frozenset()) -> list[SFTExample]:
+  """``num`` check-line drills (kind ``check_drill``) from ``tasks`` (pass the train split only);
+  deterministic for ``seed``; ``exclude`` as for :func:`swap_episode_examples`.
+
+  Each drill is an oracle episode up to and including its turn after the first search results,
+  with only the check line trained (the rest of the turn is context, so the drill does not
+  change what follows the line). Every task of ``tasks`` gives one drill, then new tasks made by
+  :func:`swapped_task` (alternately needing disambiguation and not) until ``num``.
+  """
+  if num <= 0 or not tasks:
+    return []
+  rng = np.random.default_rng(seed)
+  source = {True: [t for t in tasks if t.needs_disambiguation], False: [t for t in tasks if not t.needs_disambiguation]}
+  out: list[SFTExample] = []
+  seen: set[frozenset[str]] = set()
+
+  def add(task: NavTask) -> bool:
+    messages = play(env, scripted(OracleAgent, task, True), task)
+    a_idx = _assistant_indices(messages)
+    if len(a_idx) < 2 or not messages[a_idx[1]]["content"].startswith(CHECK_PREFIX):
+      return False
+    ids, mask = encode_messages(formatter, messages[:a_idx[1] + 1])
+    line = messages[a_idx[1]]["content"].split("\n", 1)[0] + "\n"
+    n = len(formatter.tokenizer.encode(line, add_special_tokens=False))
+    start = len(ids) - len(formatter.encode_assistant(messages[a_idx[1]]["content"]))
+    if ids[start:start + n] != formatter.tokenizer.encode(line, add_special_tokens=False):
+      raise ValueError(f"{task.task_id}: the check line does not tokenize as a prefix of its turn")
+    trained = [False] * len(ids)
+    trained[start:start + n] = [True] * n
+    out.append(SFTExample(task.task_id, "check_drill", tuple(ids), tuple(trained)))
+    return True
+
+  for task in tasks:
+    if len(out) == num:
+      return out
+    add(task)
+  want = True
+  for _ in range(400 * num):
+    if len(out) == num or not source[want]:
+      break
+    task = swapped_task(source[want][int(rng.integers(len(source[want])))], env.world, rng, exclude,
+                        disambiguation=want)
+    if task is None or frozenset(s.poi_id for s in task.stops) in seen:
+      continue
+    if add(task):
+      seen.add(frozenset(s.poi_id for s in task.stops))
+      want = not want
+  return out
+
+
 def place_name_token_ids(tokenizer: Any, env: NavigationEnv) -> list[int]:
   """Ids of the tokens that are one whole POI name of ``env``'s map (with ``Ġ`` for spaces,
   and possibly the space after it), for ``sft.add_type_direction``."""
@@ -446,7 +517,7 @@ def place_name_token_ids(tokenizer: Any, env: NavigationEnv) -> list[int]:
   return sorted(i for t, i in tokenizer.get_vocab().items() if t.replace("\u0120", " ").rstrip(" ") in names)
 
 
-def corpus_texts(tasks: Sequence[NavTask], env: NavigationEnv) -> list[str]:
+def corpus_texts(tasks: Sequence[NavTask], env: NavigationEnv, check: bool = False) -> list[str]:
   """Texts the tokenizer is trained on: message contents of oracle and trusting episodes of
   ``tasks``, plus each POI line of the world's database six times (the map every split shares; no
   task) and each POI as a labelled direction stop (``Name lon,lat``), so every POI coordinate becomes a
@@ -457,7 +528,7 @@ def corpus_texts(tasks: Sequence[NavTask], env: NavigationEnv) -> list[str]:
   texts: list[str] = [format_poi(1, p, None, terse=cfg.terse) for p in env.world.pois] * 6
   texts += [f"{p.name} {p.location}" for p in env.world.pois] * 6  # a labelled direction stop
   for task in tasks:
-    for agent in (OracleAgent(task), TrustingAgent(task)):
+    for agent in (scripted(OracleAgent, task, check), scripted(TrustingAgent, task, check)):
       texts += [m["content"] for m in play(env, agent, task)]
   return texts
 

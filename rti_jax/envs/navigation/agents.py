@@ -126,6 +126,65 @@ def mention_order(task: NavTask) -> list[Any]:
   return sorted(task.stops, key=where)  # stable: unmatched stops keep their route order
 
 
+def search_resolution(messages: list[dict[str, Any]]) -> tuple[str | None, dict[str, tuple[Candidate, bool]]]:
+  """(trip city, best): per searched address (in search order) its latest exact-name result and
+  whether that came from a regioned search; the trip's city is the most common city among the
+  stops whose exact-name results lie in one city only (or that were searched with a region),
+  None when no stop gives one. What ``OracleAgent`` reads to find the stops to re-search."""
+  best: dict[str, tuple[Candidate, bool]] = {}
+  city_votes: collections.Counter[str] = collections.Counter()
+  for call, obs in observed_searches(messages):
+    if call.name != "poi_search":
+      continue
+    name = call.arguments.get("address")
+    exact = [c for c in parse_candidates(obs) if isinstance(name, str) and c.name.lower() == name.lower()]
+    if not exact:
+      continue
+    regioned = "region" in call.arguments
+    best[name] = (exact[0], regioned)
+    if regioned or len({c.city for c in exact}) == 1:
+      city_votes[exact[0].city] += 1
+  return (city_votes.most_common(1)[0][0] if city_votes else None), best
+
+
+CHECK_PREFIX = "Check: "
+
+
+def check_line(messages: list[dict[str, Any]]) -> str | None:
+  """The observation the tiny policy writes first in its turn after the first search results:
+  ``Check: Nanhu Lake in Wuhan.`` (each stop whose unregioned first exact result lies outside the
+  trip's city, with that result's city) or ``Check: all in Chengdu.`` (``all found.`` when no
+  city is known); None before any search result. It states what the results show and nothing
+  else: a policy may still trust the off result after writing it (``CheckedAgent`` over
+  ``TrustingAgent``), so the decision to re-search stays the policy's to learn. Why the line
+  exists: docs/tiny_policy.md, "A check line before the decision"."""
+  trip, best = search_resolution(messages)
+  if not best:
+    return None
+  off = [(name, cand.city) for name, (cand, regioned) in best.items()
+         if not regioned and trip is not None and cand.city != trip]
+  if off:
+    return CHECK_PREFIX + ", ".join(f"{name} in {city}" for name, city in off) + "."
+  return CHECK_PREFIX + (f"all in {trip}." if trip is not None else "all found.")
+
+
+class CheckedAgent:
+  """``agent`` whose turn right after the first search results starts with :func:`check_line`
+  (on its own line); every other turn, and every tool call, is the wrapped agent's."""
+
+  def __init__(self, agent: Any):
+    self.agent = agent
+    self.task = agent.task
+
+  def act(self, messages: list[dict[str, Any]]) -> str:
+    text = self.agent.act(messages)
+    if sum(m["role"] == "assistant" for m in messages) == 1 and messages[-1]["role"] == "tool":
+      line = check_line(messages)
+      if line is not None:
+        return f"{line}\n{text}"
+    return text
+
+
 def _direction_done(messages: list[dict[str, Any]]) -> bool:
   return any(call.name == "direction" and obs.startswith("route ok") for call, obs in observed_searches(messages))
 
@@ -165,19 +224,7 @@ class OracleAgent:
       calls = [ToolCall("poi_search", {"address": s.name, "region": s.city} if s.hinted else {"address": s.name})
                for s in mention_order(task)]
       return render_turn(SEARCH_FIRST, calls)
-    # The latest exact-name result of each stop, and whether it came from a regioned search.
-    best: dict[str, tuple[Candidate, bool]] = {}
-    city_votes: collections.Counter[str] = collections.Counter()
-    for call, cands in pairs:
-      name = call.arguments["address"]
-      exact = [c for c in cands if c.name.lower() == name.lower()]
-      if not exact:
-        continue
-      regioned = "region" in call.arguments
-      best[name] = (exact[0], regioned)
-      if regioned or len({c.city for c in exact}) == 1:
-        city_votes[exact[0].city] += 1
-    trip_city = city_votes.most_common(1)[0][0] if city_votes else None
+    trip_city, best = search_resolution(messages)
     off = [s for s in task.stops if s.name in best and not best[s.name][1]
            and trip_city is not None and best[s.name][0].city != trip_city]
     if off:
