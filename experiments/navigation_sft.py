@@ -284,6 +284,15 @@ def main(argv: list[str] | None = None) -> int:
   os.makedirs(args.policy_dir, exist_ok=True)
   save_pretrained(model, mcfg, args.policy_dir)
   tok.save_pretrained(args.policy_dir)
+  if args.init:  # loading with local_files_only leaves these in the saved config; they are not the tokenizer's
+    tc = os.path.join(args.policy_dir, "tokenizer_config.json")
+    with open(tc) as f:
+      tconf = json.load(f)
+    for key in ("is_local", "local_files_only"):
+      tconf.pop(key, None)
+    with open(tc, "w") as f:
+      json.dump(tconf, f, indent=2, ensure_ascii=False)
+      f.write("\n")
   with open(os.path.join(args.policy_dir, "build.json"), "w") as f:  # what the policy's format expects
     json.dump({"check_line": check, "init": args.init,
                "argv": list(argv) if argv is not None else sys.argv[1:]}, f, indent=1)

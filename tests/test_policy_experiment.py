@@ -55,7 +55,8 @@ def test_init_continues_from_a_policy_dir_with_its_tokenizer_and_config(tmp_path
                                "--init", str(first / "policy")]) == 0
   metrics = json.loads((second / "metrics.json").read_text())
   assert metrics["init"] == str(first / "policy") and metrics["name_drills"] is None and metrics["check_line"] is True
-  assert (first / "policy" / "tokenizer.json").read_text() == (second / "policy" / "tokenizer.json").read_text()
+  for name in ("tokenizer.json", "tokenizer_config.json"):
+    assert (first / "policy" / name).read_text() == (second / "policy" / name).read_text(), name
   assert json.loads((first / "policy" / "config.json").read_text()) == json.loads((second / "policy" / "config.json").read_text())
   a, b = load_file(str(first / "policy" / "model.safetensors")), load_file(str(second / "policy" / "model.safetensors"))
   assert a.keys() == b.keys() and any(not np.array_equal(a[k], b[k]) for k in a)  # it trained further
