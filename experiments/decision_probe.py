@@ -83,6 +83,8 @@ class DecisionProbe:
     from rti_jax.envs.navigation.agents import CHECK_PREFIX, NaiveAgent, OracleAgent
     from rti_jax.policy.sft_data import encode_messages, play, scripted
 
+    if not tasks:
+      raise ValueError("tasks: expected at least one validation task, got none")
     self.check = check
     tok = formatter.tokenizer
     n_prefix = len(tok.encode(CHECK_PREFIX, add_special_tokens=False))
