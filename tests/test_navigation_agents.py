@@ -126,7 +126,7 @@ def _first_results(messages):
 
 
 def test_check_line_names_exactly_the_stops_the_oracle_re_searches():
-  from rti_jax.envs.navigation.agents import CHECK_PREFIX, CheckedAgent
+  from rti_jax.envs.navigation.agents import CHECK_PREFIX, PLAN_NOW, TRUST_FIRST, CheckedAgent
   from rti_jax.policy.sft_data import TrustingAgent, play
 
   b = load_benchmark("tiny")
@@ -156,5 +156,9 @@ def test_check_line_names_exactly_the_stops_the_oracle_re_searches():
       assert plain_ep.reward == checked_ep.reward
       a = [m["content"] for m in plain_ep.messages if m["role"] == "assistant"]
       c = [m["content"] for m in checked_ep.messages if m["role"] == "assistant"]
-      assert c[0] == a[0] and c[2:] == a[2:] and c[1] == line + "\n" + a[1]
+      assert c[0] == a[0] and c[2:] == a[2:]
+      if agent is TrustingAgent and researched:  # plans although the line names an off stop: says so
+        assert a[1].startswith(PLAN_NOW) and c[1] == line + "\n" + TRUST_FIRST + a[1][len(PLAN_NOW):]
+      else:
+        assert c[1] == line + "\n" + a[1]
   assert seen["odd"] > 50 and seen["all"] > 50

@@ -455,5 +455,9 @@ def test_mix_with_check_line_starts_every_second_turn_with_it(setup):
     if e.kind == "correction":  # p_cal and target: the draft and the target carry the line where they are turn 2
       continue
     assert turns[1].startswith("Check: ") and all(not t.startswith("Check: ") for i, t in enumerate(turns) if i != 1)
-    # everything but the line is the mix without it
-    assert re.sub(r"Check: [^\n]*\n", "", full) == before
+    # everything but the line (and the trusting sentence after an off verdict) is the mix without it
+    from rti_jax.envs.navigation.agents import PLAN_NOW, TRUST_FIRST
+
+    assert re.sub(r"Check: [^\n]*\n", "", full).replace(TRUST_FIRST, PLAN_NOW) == before
+    if e.kind == "trusting":
+      assert turns[1].split("\n", 1)[1].startswith(TRUST_FIRST) and not turns[1].startswith("Check: all")

@@ -35,6 +35,8 @@ _ROUTE = re.compile(r"distance (?P<km>[\d.]+) km; time (?P<min>\d+) min")
 
 SEARCH_FIRST = "I will search for each place first."
 PLAN_NOW = "I have the coordinates of all places. Now I plan the route."
+# With the check line (CheckedAgent): planning although the line names an off stop says so.
+TRUST_FIRST = "Now I plan the route with the first results."
 
 
 class Agent(Protocol):
@@ -170,7 +172,15 @@ def check_line(messages: list[dict[str, Any]]) -> str | None:
 
 class CheckedAgent:
   """``agent`` whose turn right after the first search results starts with :func:`check_line`
-  (on its own line); every other turn, and every tool call, is the wrapped agent's."""
+  (on its own line); every other turn, and every tool call, is the wrapped agent's.
+
+  When the line names an off stop and the agent plans the route anyway (``TrustingAgent``,
+  ``NaiveAgent``), its sentence is ``TRUST_FIRST`` instead of ``PLAN_NOW``. So the first word
+  after the line differs between the two contexts in which the base policy plans at once
+  (after an off result: ``Now``; after plain results: ``I``), and the policy must carry the
+  line's verdict to the decision position. With one shared word there, RL's push toward a
+  re-search after ambiguous results moved the plain context as much (docs/tiny_policy.md).
+  """
 
   def __init__(self, agent: Any):
     self.agent = agent
@@ -181,6 +191,8 @@ class CheckedAgent:
     if sum(m["role"] == "assistant" for m in messages) == 1 and messages[-1]["role"] == "tool":
       line = check_line(messages)
       if line is not None:
+        if not line.startswith(CHECK_PREFIX + "all") and text.startswith(PLAN_NOW):
+          text = TRUST_FIRST + text[len(PLAN_NOW):]
         return f"{line}\n{text}"
     return text
 
