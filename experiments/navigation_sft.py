@@ -82,14 +82,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--reading-checks", type=int, default=30,
                  help="held-out first turns / episodes for the teacher-forced reading checks after each stage "
                       "(experiments/name_copy_check.py; 0 = skip)")
-  p.add_argument("--check-line", type=int, choices=(0, 1), default=1,
+  p.add_argument("--check-line", type=int, choices=(0, 1), default=0,
                  help="1: every scripted turn after the first search results starts with the check line "
-                      "(agents.check_line; build 8 on); 0: builds 1-7")
+                      "(agents.check_line; builds 8 and 9, policies/navigation_tiny_b9); 0: builds 1-7 (the default policy)")
   p.add_argument("--check-drills", type=int, default=3000,
                  help="check-line drills in the main mix (sft_data.check_drill_examples; only with --check-line 1)")
   p.add_argument("--init", default=None,
                  help="continue from this policy dir (its tokenizer and weights) instead of a fresh model: no "
-                      "tokenizer build, no model init, no stage 0 (build 8 = build 7 + this stage, docs/tiny_policy.md)")
+                      "tokenizer build, no model init, no stage 0 (build 9 = build 7 + this stage, docs/tiny_policy.md)")
   p.add_argument("--eval-tasks", type=int, default=None, help="tasks per kind (disambiguation / plain) per split")
   p.add_argument("--eval-samples", type=int, default=8, help="samples per task at temperature 1")
   p.add_argument("--no-eval", action="store_true")

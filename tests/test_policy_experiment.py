@@ -17,7 +17,7 @@ def test_quick_build_writes_checkpoint_metrics_and_plot(tmp_path):
 
   out = tmp_path / "run"
   assert navigation_sft.main(["--quick", "--no-eval", "--out", str(out), "--epochs", "0.5",
-                               "--name-drill-examples", "40"]) == 0
+                               "--name-drill-examples", "40", "--check-line", "1"]) == 0
   metrics = json.loads((out / "metrics.json").read_text())
   assert (out / "loss.png").stat().st_size > 1000
   assert metrics["sft"]["steps"] == len(metrics["sft"]["losses"]) >= 2
@@ -52,7 +52,7 @@ def test_init_continues_from_a_policy_dir_with_its_tokenizer_and_config(tmp_path
                                "--name-drill-examples", "20"]) == 0
   assert json.loads((first / "policy" / "build.json").read_text())["check_line"] is False
   assert navigation_sft.main(["--quick", "--no-eval", "--out", str(second), "--epochs", "0.2", "--lr", "1e-3",
-                               "--init", str(first / "policy")]) == 0
+                               "--init", str(first / "policy"), "--check-line", "1"]) == 0
   metrics = json.loads((second / "metrics.json").read_text())
   assert metrics["init"] == str(first / "policy") and metrics["name_drills"] is None and metrics["check_line"] is True
   for name in ("tokenizer.json", "tokenizer_config.json"):
