@@ -29,8 +29,10 @@ read right after the (teacher-forced) line, and two more figures read the line i
 
 * ``p_check_odd``: on tasks that need disambiguation, the probability of the line's first word
   naming the off stop (``Check: Nanhu Lake in Wuhan.``), in the oracle's episode;
-* ``p_check_all_plain``: on the other tasks, the probability of ``all`` (``Check: all in Xian.``). Writes ``probe.jsonl``, ``probe.png`` and a
-final validation evaluation (``results.json``) to the run directory.
+* ``p_check_all_plain``: on the other tasks, the probability of ``all`` (``Check: all in Xian.``).
+
+Writes ``probe.jsonl``, ``probe.png`` and a final validation evaluation (``results.json``) to
+the run directory.
 """
 
 from __future__ import annotations
