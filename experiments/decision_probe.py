@@ -83,7 +83,7 @@ class DecisionProbe:
 
   def __init__(self, tasks: Sequence[Any], env: Any, formatter: Any, pad_id: int, check: bool = False):
     from rti_jax.envs.navigation.agents import CHECK_PREFIX, NaiveAgent, OracleAgent
-    from rti_jax.policy.sft_data import encode_messages, play, scripted
+    from rti_jax.policy.sft_data import check_line_length, encode_messages, play, scripted
 
     if not tasks:
       raise ValueError("tasks: expected at least one validation task, got none")
@@ -103,16 +103,8 @@ class DecisionProbe:
         offsets = (0, 0)
         if check:
           second = [m for m in messages if m["role"] == "assistant"][1]["content"]
-          line = second.split("\n", 1)[0] + "\n"
-          line_ids = tok.encode(line, add_special_tokens=False)
-          s = spans[1][0]
-          if not line.startswith(CHECK_PREFIX) or ids[s:s + len(line_ids)] != line_ids:
-            raise ValueError(f"{task.task_id}: the {kind} episode's second turn does not start with a check line "
-                             "that tokenizes as its prefix")
-          offsets = (n_prefix, len(line_ids))
+          offsets = (n_prefix, check_line_length(tok, ids, spans[1][0], second))
         self.rows.append((bool(task.needs_disambiguation), kind, ids, spans, offsets))
-    if not self.rows:
-      raise ValueError("tasks: expected at least one validation task, got none")
     length = max(len(r[2]) for r in self.rows)
     length = -(-length // 128) * 128
     self.ids = np.full((len(self.rows), length), pad_id, np.int32)

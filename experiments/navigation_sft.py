@@ -293,13 +293,13 @@ def main(argv: list[str] | None = None) -> int:
     with open(tc, "w") as f:
       json.dump(tconf, f, indent=2, ensure_ascii=False)
       f.write("\n")
+  build = {"check_line": check, "init": args.init, "argv": list(argv) if argv is not None else sys.argv[1:]}
   with open(os.path.join(args.policy_dir, "build.json"), "w") as f:  # what the policy's format expects
-    json.dump({"check_line": check, "init": args.init,
-               "argv": list(argv) if argv is not None else sys.argv[1:]}, f, indent=1)
+    json.dump(build, f, indent=1)
   plot_loss(result.losses, os.path.join(args.out, "loss.png"))
   metrics: dict[str, Any] = {
     "name_drills": name_stage if args.name_drill_steps > 0 and not args.init else None,
-    "init": args.init, "check_line": check, "argv": list(argv) if argv is not None else sys.argv[1:],
+    **build,
     "seed": args.seed, "quick": args.quick, "policy_dir": os.path.relpath(args.policy_dir, ROOT),
     "sft_tasks": len(train_tasks), "holdout_tasks": [t.task_id for t in held],
     "tokenizer_size": len(tok), "model": mcfg.to_hf_dict(), "params": n_params,

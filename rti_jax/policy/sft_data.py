@@ -459,6 +459,17 @@ def swap_disamb_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter
   return out
 
 
+def check_line_length(tokenizer: Any, ids: Sequence[int], start: int, turn_text: str) -> int:
+  """The number of tokens of the check line that starts ``turn_text``, encoded at ``ids[start:]``
+  (the line and its newline); raises ValueError when the turn does not start with a check line
+  that tokenizes as a prefix of the turn."""
+  line = turn_text.split("\n", 1)[0] + "\n"
+  line_ids = tokenizer.encode(line, add_special_tokens=False)
+  if not line.startswith(CHECK_PREFIX) or list(ids[start:start + len(line_ids)]) != line_ids:
+    raise ValueError(f"the turn {turn_text[:40]!r} does not start with a check line that tokenizes as its prefix")
+  return len(line_ids)
+
+
 def check_drill_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: ChatFormatter, num: int,
                          seed: int = 0, exclude: frozenset[frozenset[str]] = frozenset()) -> list[SFTExample]:
   """``num`` check-line drills (kind ``check_drill``) from ``tasks`` (pass the train split only);
@@ -481,12 +492,10 @@ def check_drill_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter
     a_idx = _assistant_indices(messages)
     if len(a_idx) < 2 or not messages[a_idx[1]]["content"].startswith(CHECK_PREFIX):
       return False
+    turn = messages[a_idx[1]]["content"]
     ids, mask = encode_messages(formatter, messages[:a_idx[1] + 1])
-    line = messages[a_idx[1]]["content"].split("\n", 1)[0] + "\n"
-    n = len(formatter.tokenizer.encode(line, add_special_tokens=False))
-    start = len(ids) - len(formatter.encode_assistant(messages[a_idx[1]]["content"]))
-    if ids[start:start + n] != formatter.tokenizer.encode(line, add_special_tokens=False):
-      raise ValueError(f"{task.task_id}: the check line does not tokenize as a prefix of its turn")
+    start = len(ids) - len(formatter.encode_assistant(turn))
+    n = check_line_length(formatter.tokenizer, ids, start, turn)
     trained = [False] * len(ids)
     trained[start:start + n] = [True] * n
     out.append(SFTExample(task.task_id, "check_drill", tuple(ids), tuple(trained)))

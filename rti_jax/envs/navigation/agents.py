@@ -128,11 +128,14 @@ def mention_order(task: NavTask) -> list[Any]:
   return sorted(task.stops, key=where)  # stable: unmatched stops keep their route order
 
 
-def search_resolution(messages: list[dict[str, Any]]) -> tuple[str | None, dict[str, tuple[Candidate, bool]]]:
-  """(trip city, best): per searched address (in search order) its latest exact-name result and
-  whether that came from a regioned search; the trip's city is the most common city among the
+def search_resolution(messages: list[dict[str, Any]]
+                      ) -> tuple[str | None, dict[str, tuple[Candidate, bool]], list[str]]:
+  """(trip city, best, off): per searched address (in search order) its latest exact-name result
+  and whether that came from a regioned search; the trip's city is the most common city among the
   stops whose exact-name results lie in one city only (or that were searched with a region),
-  None when no stop gives one. What ``OracleAgent`` reads to find the stops to re-search."""
+  None when no stop gives one; ``off``: the addresses (in search order) whose latest exact result
+  is unregioned and lies outside the trip's city. What ``OracleAgent`` re-searches and what
+  :func:`check_line` names."""
   best: dict[str, tuple[Candidate, bool]] = {}
   city_votes: collections.Counter[str] = collections.Counter()
   for call, obs in observed_searches(messages):
@@ -146,7 +149,9 @@ def search_resolution(messages: list[dict[str, Any]]) -> tuple[str | None, dict[
     best[name] = (exact[0], regioned)
     if regioned or len({c.city for c in exact}) == 1:
       city_votes[exact[0].city] += 1
-  return (city_votes.most_common(1)[0][0] if city_votes else None), best
+  trip = city_votes.most_common(1)[0][0] if city_votes else None
+  off = [name for name, (cand, regioned) in best.items() if not regioned and trip is not None and cand.city != trip]
+  return trip, best, off
 
 
 CHECK_PREFIX = "Check: "
@@ -160,13 +165,14 @@ def check_line(messages: list[dict[str, Any]]) -> str | None:
   else: a policy may still trust the off result after writing it (``CheckedAgent`` over
   ``TrustingAgent``), so the decision to re-search stays the policy's to learn. Why the line
   exists: docs/tiny_policy.md, "A check line before the decision"."""
-  trip, best = search_resolution(messages)
+  return _check_text(*search_resolution(messages))
+
+
+def _check_text(trip: str | None, best: dict[str, tuple[Candidate, bool]], off: list[str]) -> str | None:
   if not best:
     return None
-  off = [(name, cand.city) for name, (cand, regioned) in best.items()
-         if not regioned and trip is not None and cand.city != trip]
   if off:
-    return CHECK_PREFIX + ", ".join(f"{name} in {city}" for name, city in off) + "."
+    return CHECK_PREFIX + ", ".join(f"{name} in {best[name][0].city}" for name in off) + "."
   return CHECK_PREFIX + (f"all in {trip}." if trip is not None else "all found.")
 
 
@@ -189,9 +195,10 @@ class CheckedAgent:
   def act(self, messages: list[dict[str, Any]]) -> str:
     text = self.agent.act(messages)
     if sum(m["role"] == "assistant" for m in messages) == 1 and messages[-1]["role"] == "tool":
-      line = check_line(messages)
+      trip, best, off = search_resolution(messages)
+      line = _check_text(trip, best, off)
       if line is not None:
-        if not line.startswith(CHECK_PREFIX + "all") and text.startswith(PLAN_NOW):
+        if off and text.startswith(PLAN_NOW):
           text = TRUST_FIRST + text[len(PLAN_NOW):]
         return f"{line}\n{text}"
     return text
@@ -236,9 +243,8 @@ class OracleAgent:
       calls = [ToolCall("poi_search", {"address": s.name, "region": s.city} if s.hinted else {"address": s.name})
                for s in mention_order(task)]
       return render_turn(SEARCH_FIRST, calls)
-    trip_city, best = search_resolution(messages)
-    off = [s for s in task.stops if s.name in best and not best[s.name][1]
-           and trip_city is not None and best[s.name][0].city != trip_city]
+    trip_city, best, off_names = search_resolution(messages)
+    off = [s for s in task.stops if s.name in off_names]  # in route order
     if off:
       text = " ".join(f"{s.name} was found in {best[s.name][0].city}, far from the other places in {trip_city}. "
                       f"I will search it again in {trip_city}." for s in off)
