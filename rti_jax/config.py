@@ -47,6 +47,9 @@ class EnvConfig:
   num_test: int = 150
   seed: int = 0
   max_turns: int = 6
+  # Navigation: leave tasks that a later candidate of the first results already solves
+  # (``tasks.listed_alternative``) out of RL rollouts. Validation and test splits are unchanged.
+  rl_exclude_listed: bool = False
 
 
 @dataclasses.dataclass
@@ -216,6 +219,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       raise ConfigError(f"{key}: expected an integer >= 1, got {_get(cfg, key)!r}")
   if not 0 <= cfg.train.val_tasks < cfg.env.num_train:
     raise ConfigError(f"train.val_tasks: expected in [0, env.num_train={cfg.env.num_train}), got {cfg.train.val_tasks}")
+  if cfg.env.rl_exclude_listed and cfg.env.name != "navigation":
+    raise ConfigError(f"env.rl_exclude_listed: a Navigation option, got it with env.name={cfg.env.name!r}")
   if cfg.rollout.backend == "sglang" and not cfg.rollout.sglang_url:
     raise ConfigError("rollout.sglang_url: required when rollout.backend=sglang (e.g. http://127.0.0.1:30000)")
   if cfg.rollout.group_size < 2:

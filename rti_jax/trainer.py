@@ -74,24 +74,28 @@ class TaskSource:
   subsets: dict[str, Callable[[Any], bool]]
   domain: str
   tool_schemas: list[dict[str, Any]] | None = None
+  rl_exclude: Callable[[Any], bool] | None = None  # train tasks kept out of RL rollouts (not out of validation)
 
 
 def navigation_source(cfg: ExperimentConfig) -> TaskSource:
   """The offline Navigation benchmark as a ``TaskSource``."""
   from rti_jax.envs import navigation
+  from rti_jax.envs.navigation.tasks import listed_alternative
 
   bench = navigation.load_benchmark(
       cfg.env.setting, num_train=cfg.env.num_train, num_test=cfg.env.num_test, seed=cfg.env.seed,
       max_turns=cfg.env.max_turns,
   )
   world = bench.world
+  listed = lambda t: listed_alternative(world, t)  # noqa: E731
   return TaskSource(
       train=bench.train,
       test=bench.test,
       env_factory=lambda: navigation.NavigationEnv(world),
       task_id=lambda t: t.task_id,
-      subsets={"disambiguation": lambda t: bool(t.needs_disambiguation)},
+      subsets={"disambiguation": lambda t: bool(t.needs_disambiguation), "listed_alternative": listed},
       domain="navigation",
+      rl_exclude=listed if cfg.env.rl_exclude_listed else None,
   )
 
 
@@ -150,6 +154,11 @@ class Trainer:
         raise ValueError(f"train.val_tasks: expected fewer than the {len(train)} train tasks, got {n_val}")
       self.val, train = train[-n_val:], train[:-n_val]
       self.source = dataclasses.replace(self.source, train=train)
+    if self.source.rl_exclude is not None:  # after the validation split, which it never changes
+      kept = [t for t in self.source.train if not self.source.rl_exclude(t)]
+      if not kept:
+        raise ValueError("env: every RL train task is excluded (rl_exclude_listed); nothing to train on")
+      self.source = dataclasses.replace(self.source, train=kept)
     dtypes = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
     dtype = dtypes[cfg.policy.dtype]
     self.model, self.model_config = from_pretrained(

@@ -171,6 +171,48 @@ def test_rules_on_the_real_env_oracle_never_flagged_naive_failures_always(bench)
   assert failures >= 10
 
 
+def test_false_claims_about_where_places_were_found_are_rejected(bench):
+  """The check line and the oracle's re-search sentence, as the oracle writes them, always hold
+  (200 train tasks); each false variant is rejected as ``false_claim`` with a reason."""
+  from rti_jax.envs.navigation.agents import CheckedAgent, search_resolution
+  from rti_jax.intervention.rules_navigation import claim_errors
+
+  env = nav.NavigationEnv(bench.world)
+  seen = {"odd": 0, "plain": 0}
+  for task in bench.train[:200]:
+    steps, reward = _episode_contexts(env, CheckedAgent(nav.OracleAgent(task)), task)
+    assert reward == 1.0
+    for c in steps:
+      assert claim_errors(c.history, c.draft) == [], (task.task_id, c.draft)
+      assert R.judge(c, c.draft).ok, (task.task_id, c.draft)
+    second = steps[1]  # the turn right after the first search results: it opens with the line
+    line = second.draft.splitlines()[0]
+    trip, best, off = search_resolution(list(second.history))
+    assert line.startswith("Check: ") and trip is not None
+    rest = "\n".join(second.draft.splitlines()[1:])
+    if off:
+      seen["odd"] += 1
+      wrong = [f"Check: all in {trip}.", f"Check: {off[0]} in {trip}."]
+      others = [n for n in best if n not in off]
+      if others:
+        wrong.append(f"Check: {others[0]} in {best[off[0]][0].city}.")  # the wrong stop named
+      # the re-search sentence with the wrong city
+      assert claim_errors(second.history, f"{off[0]} was found in {trip}, far from the other places in {trip}.")
+    else:
+      seen["plain"] += 1
+      name = next(iter(best))
+      wrong = [f"Check: {name} in {best[name][0].city}.", "Check: all in Nowhere.",
+               f"{name} was found in {best[name][0].city}, far from the other places in {trip}."]
+    for w in wrong:
+      bad = w + "\n" + rest if w.startswith("Check: ") else w
+      assert claim_errors(second.history, bad), (task.task_id, bad)
+      v = R.judge(second, bad)
+      assert not v.ok and "false_claim" in v.reasons and "results" in v.diagnosis, (task.task_id, bad, v)
+  assert seen["odd"] >= 50 and seen["plain"] >= 50, seen
+  # nothing to read (no parseable result): no claim is judged
+  assert claim_errors(SEARCHED, "Check: all in Taipei.") == []
+
+
 def _parse_chatml(prompt: str) -> list[dict]:
   """Chat messages back out of a decoded ChatML prompt (for the scripted policy below)."""
   msgs = []

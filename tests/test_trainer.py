@@ -192,3 +192,30 @@ def test_validation_split_is_kept_out_of_rollouts_and_monitored(policy_dir, tmp_
   # Without a validation split, monitoring falls back to the first train.eval_tasks test tasks.
   plain = Trainer(_cfg(policy_dir, "train.eval_tasks=2"), tmp_path / "p", source=_toy_source(), progress=False)
   assert plain.val == [] and plain.monitor_tasks() == [100, 101]
+
+
+def test_rl_exclude_keeps_listed_tasks_out_of_rollouts_but_not_out_of_validation(policy_dir, tmp_path):
+  """TaskSource.rl_exclude (``env.rl_exclude_listed`` on Navigation) drops train tasks from RL
+  rollouts after the validation split, which it leaves alone; a filter that leaves nothing is named."""
+  src = _toy_source()
+  src.rl_exclude = lambda t: t % 3 == 0
+  tr = Trainer(_cfg(policy_dir, "train.val_tasks=3"), tmp_path / "x", source=src, progress=False)
+  assert tr.val == [9, 10, 11] and list(tr.source.train) == [1, 2, 4, 5, 7, 8]
+  assert sorted({t for _ in range(4) for t in tr.next_tasks()}) == [1, 2, 4, 5, 7, 8]
+  src = _toy_source()
+  src.rl_exclude = lambda t: True
+  with pytest.raises(ValueError, match="rl_exclude_listed"):
+    Trainer(_cfg(policy_dir), tmp_path / "y", source=src, progress=False)
+
+
+def test_navigation_source_rl_exclude_listed_option():
+  from rti_jax.config import ConfigError
+  from rti_jax.trainer import navigation_source
+
+  assert navigation_source(load_config("navigation")).rl_exclude is None
+  src = navigation_source(load_config("navigation", ["env.rl_exclude_listed=true"]))
+  listed = [t for t in src.train if src.rl_exclude(t)]
+  assert listed and all(t.needs_disambiguation for t in listed)
+  assert src.subsets["listed_alternative"] is not None
+  with pytest.raises(ConfigError, match="rl_exclude_listed"):
+    load_config("navigation", ["env.name=telecom", "env.rl_exclude_listed=true"])

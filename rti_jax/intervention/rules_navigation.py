@@ -23,6 +23,12 @@ Verifier (integrity, App. A.1.2), on the correction u~_k; rejects:
   * ``leak``: wording that refers to a hidden reference, supervisor or feedback;
   * ``not_derivable``: a coordinate, a region or a searched name that appears neither
     in the user question nor in the visible history;
+  * ``false_claim``: a statement about where a searched place was found that the visible
+    search results contradict: the check line (``Check: Nanhu Lake in Wuhan.`` /
+    ``Check: all in Chengdu.``, ``agents.check_line``) or ``Nanhu Lake was found in Wuhan, far
+    from the other places in Chengdu.`` (the paper's criterion 2, "adds or modifies key facts
+    that come neither from the user question nor the visible history", for facts this module
+    can read off the results; ``claim_errors``);
   * ``hallucinated_tool_result``: the reply writes a tool response itself;
   * ``not_improved``: the reply itself breaks a Validator rule (checked only when the
     reply is otherwise clean).
@@ -43,6 +49,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any, Sequence
 
+from rti_jax.envs.navigation.agents import CHECK_PREFIX, search_resolution
 from rti_jax.envs.navigation.world import without_label
 from rti_jax.envs.tool_calls import ToolCall, parse_assistant_turn
 from rti_jax.intervention.judges import StepContext, ValidatorJudgement, VerifierJudgement
@@ -57,6 +64,9 @@ _FIELD_RE = {
   f: re.compile(rf"\b{f}\W{{1,4}}([^\W\d][^;,\"\n}}]*?)\s*(?:[;,\"\n}}]|$)") for f in ("city", "name")
 }
 _WORD_RE = re.compile(r"[^\W_]{2,}", re.UNICODE)
+_FOUND_RE = re.compile(r"([^\W\d][^.,;:\n]*?) was found in ([^\W\d][^.,;:\n]*?), far from the other places in "
+                       r"([^\W\d][^.,;:\n]*?)\.")
+_CHECK_ITEM_RE = re.compile(r"(.+?) in ([^,]+)")
 
 CoordKey = tuple[Decimal, Decimal]
 
@@ -203,6 +213,58 @@ def _field_of(text: str, coord: CoordKey, field: str) -> str | None:
   return None
 
 
+def claim_errors(history: Sequence[dict[str, Any]], text: str) -> list[str]:
+  """Statements of ``text`` about where searched places were found that the visible results of
+  ``history`` contradict (empty when all hold, or when no search result can be read).
+
+  Read: the check line (``Check: A in Y[, B in Y2].``: each named stop's first exact result lies
+  in that city, outside the trip's city; ``Check: all in Z.``: no stop lies outside Z, the trip's
+  city; ``Check: all found.``: no stop lies outside the trip's city) and the sentence ``A was
+  found in Y, far from the other places in Z.``. The facts are what ``agents.search_resolution``
+  reads off the history (the rule the oracle and the check line use), so a line the oracle would
+  write always holds.
+  """
+  trip, best, off = search_resolution(list(history))
+  if not best:
+    return []
+  lower = {name.lower(): (name, cand.city) for name, (cand, _) in best.items()}
+  off_lower = {o.lower() for o in off}
+  errors: list[str] = []
+
+  def check_off(name: str, city: str, what: str) -> None:
+    key = name.strip().lower()
+    if key not in lower:
+      errors.append(f"{what} names {name.strip()!r}, which no search result shows")
+    elif lower[key][1] != city.strip() or key not in off_lower:
+      errors.append(f"{what} says {name.strip()} lies in {city.strip()} apart from the trip, but the results show "
+                    f"{lower[key][0]} in {lower[key][1]}" + ("" if key in off_lower else " with the other places"))
+
+  for line in text.splitlines():
+    line = line.strip()
+    if not line.startswith(CHECK_PREFIX) or not line.endswith("."):
+      continue
+    body = line[len(CHECK_PREFIX):-1].strip()
+    what = f"the line {line!r}"
+    if body == "all found" or body.startswith("all in "):
+      if off:
+        errors.append(f"{what} says all places fit, but the results show {', '.join(off)} outside {trip}")
+      elif body != "all found" and trip is not None and body[len("all in "):].strip() != trip:
+        errors.append(f"{what} names the trip's city wrongly: the results put it in {trip}")
+      continue
+    for item in body.split(", "):
+      m = _CHECK_ITEM_RE.fullmatch(item)
+      if m is None:
+        errors.append(f"{what} cannot be read as 'place in city'")
+      else:
+        check_off(m.group(1), m.group(2), what)
+  for m in _FOUND_RE.finditer(text):
+    what = f"the sentence {m.group(0)!r}"
+    check_off(m.group(1), m.group(2), what)
+    if trip is not None and m.group(3).strip() != trip:
+      errors.append(f"{what} puts the other places in {m.group(3).strip()}, but the results put them in {trip}")
+  return errors
+
+
 class NavigationRuleValidator:
   """Rule-based Validator (see module docstring)."""
 
@@ -340,6 +402,10 @@ class NavigationRuleVerifier:
     if bad:
       reasons.append("not_derivable")
       notes.append("uses " + ", ".join(bad) + " that neither the user question nor the history shows.")
+    false = claim_errors(ctx.history, corrected)
+    if false:
+      reasons.append("false_claim")
+      notes.append("; ".join(false) + ".")
     if self.check_rules and not reasons:
       still = NavigationRuleValidator().judge(dataclasses.replace(ctx, draft=corrected))
       if not still.is_valid:
