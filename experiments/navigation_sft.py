@@ -77,6 +77,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--tokens-per-batch", type=int, default=4096)
   p.add_argument("--resolve-share", type=float, default=0.06,
                  help="share of disambiguation tasks whose decisive re-search is trained")
+  p.add_argument("--complete-share", type=float, default=0.0,
+                 help="share of disambiguation tasks whose re-search turn is trained except its decision token "
+                      "(sft_data kind resolve_tail; 0 = none, as builds 1-9)")
   p.add_argument("--holdout", type=int, default=40,
                  help="last train-split tasks kept out of SFT, for diagnostics such as experiments/name_copy_check.py")
   p.add_argument("--reading-checks", type=int, default=30,
@@ -197,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     tok = build_tokenizer(sft_data.corpus_texts(train_tasks, env, check=check) + list(nav.vocabulary()), args.vocab,
                           pattern=NAME_PATTERN if args.pattern == "names" else PRE_TOKENIZER_PATTERN)
   fmt = ChatFormatter(tok)
-  mix = sft_data.MixConfig(resolve_share=args.resolve_share, seed=args.seed, check=check)
+  mix = sft_data.MixConfig(resolve_share=args.resolve_share, seed=args.seed, check=check,
+                           complete_share=args.complete_share)
   examples = sft_data.build_examples(train_tasks, env, fmt, mix)
   examples += sft_data.name_swap_examples(train_tasks, env, fmt, args.name_swap // (20 if args.quick else 1),
                                           seed=args.seed + 7)

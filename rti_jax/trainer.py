@@ -93,7 +93,8 @@ def navigation_source(cfg: ExperimentConfig) -> TaskSource:
       test=bench.test,
       env_factory=lambda: navigation.NavigationEnv(world),
       task_id=lambda t: t.task_id,
-      subsets={"disambiguation": lambda t: bool(t.needs_disambiguation), "listed_alternative": listed},
+      subsets={"disambiguation": lambda t: bool(t.needs_disambiguation), "listed_alternative": listed,
+               "research_only": lambda t: bool(t.needs_disambiguation) and not listed(t)},
       domain="navigation",
       rl_exclude=listed if cfg.env.rl_exclude_listed else None,
   )

@@ -37,7 +37,8 @@ def test_mix_uses_train_tasks_and_each_kind(setup):
   assert not {e.task_id for e in examples} & {t.task_id for t in bench.test}
   kinds = collections.Counter(e.kind for e in examples)
   own = {"name_swap", "swap_episode", "swap_trusting", "swap_resolve_ctx", "swap_correction", "check_drill"}
-  assert set(kinds) == set(sft_data.KINDS) - own  # those are made by their own functions
+  # those are made by their own functions; resolve_tail only with complete_share > 0 (its own test)
+  assert set(kinds) == set(sft_data.KINDS) - own - {"resolve_tail"}
   need = [t for t in tasks if t.needs_disambiguation]
   assert kinds["trusting"] + kinds["plain"] == len(tasks)
   assert 0 < kinds["resolve"] < 0.5 * len(need)
@@ -461,3 +462,40 @@ def test_mix_with_check_line_starts_every_second_turn_with_it(setup):
     assert re.sub(r"Check: [^\n]*\n", "", full).replace(TRUST_FIRST, PLAN_NOW) == before
     if e.kind == "trusting":
       assert turns[1].split("\n", 1)[1].startswith(TRUST_FIRST) and not turns[1].startswith("Check: all")
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_resolve_tail_trains_the_re_search_turn_but_its_decision_token(setup, check):
+  """complete_share: the oracle episode trained whole except one token, the first of the decision
+  in the re-search turn (after the check line when there is one); the mix before it is unchanged."""
+  bench, env, tok, fmt, tasks, _ = setup
+  base = dict(resolve_share=0.2, continue_share=0.5, correction_share=1.0, perturb_share=0.5, check=check)
+  old = sft_data.build_examples(tasks, env, fmt, sft_data.MixConfig(**base))
+  new = sft_data.build_examples(tasks, env, fmt, sft_data.MixConfig(**base, complete_share=1.0))
+  assert [e for e in new if e.kind != "resolve_tail"] == old  # no other example moves
+  tails = [e for e in new if e.kind == "resolve_tail"]
+  by_id = {t.task_id: t for t in tasks}
+  resolved = [t for t in tasks if t.needs_disambiguation
+              and len(sft_data._assistant_indices(sft_data.play(env, sft_data.scripted(nav.OracleAgent, t, check), t))) > 3]
+  assert len(tails) == len(resolved) > 5
+  for e in tails:
+    task = by_id[e.task_id]
+    oracle = sft_data.play(env, sft_data.scripted(nav.OracleAgent, task, check), task)
+    ids, mask = sft_data.encode_messages(fmt, oracle)
+    assert list(e.token_ids) == ids
+    off = [i for i, (a, b) in enumerate(zip(mask, e.loss_mask)) if a != b]
+    assert len(off) == 1 and mask[off[0]] and not e.loss_mask[off[0]]
+    # the untrained token opens the re-search: after the turn's prompt (and the check line) comes the name
+    before = tok.decode(list(e.token_ids[:off[0]]))
+    turn_so_far = before.rsplit("<|im_start|>assistant\n", 1)[1]
+    assert before.count("<|im_start|>assistant\n") == 2
+    assert turn_so_far == (turn_so_far.split("\n")[0] + "\n" if check else "")
+    if check:
+      assert turn_so_far.startswith("Check: ") and not turn_so_far.startswith("Check: all")
+    rest = tok.decode(list(e.token_ids[off[0]:])).split("<|im_end|>")[0]
+    name = task.ambiguous[0] if len(task.ambiguous) == 1 else None
+    assert " was found in " in rest and "I will search it again in" in rest
+    if name is not None:
+      assert rest.startswith(name)
+  with pytest.raises(ValueError, match="complete_share"):
+    sft_data.MixConfig(complete_share=1.5)

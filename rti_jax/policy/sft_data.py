@@ -19,6 +19,12 @@ The mix (train split only) shapes the base policy like the paper's backbone:
   decisive re-search turn as context only (not trained) and the turns after it trained:
   once a re-search is in the context (an accepted correction), the policy uses the
   regioned result.
+* ``resolve_tail``: on a share ``complete_share``, the oracle's trajectory with every turn
+  trained except the first token of the decision in the re-search turn (the turn's first token,
+  or the first token after the check line): the policy learns to *finish* a re-search turn it
+  has started (the sentence, the regioned call) and to plan after it, but not to start one, so
+  the habit (trust the first result) stays. RL then has to move one token, and a sampled re-search
+  comes out whole (docs/tiny_policy.md, tenth session).
 * ``correction``: the correction prompt p_cal exactly as the intervention pipeline
   builds it (the conversation up to a flawed draft, plus the feedback user message the
   rule-based Validator gives on that draft), and the oracle's next turn as target.
@@ -70,7 +76,7 @@ from rti_jax.intervention.rules_navigation import NavigationRuleValidator, Navig
 from rti_jax.rollout import ChatFormatter
 
 Message = dict[str, Any]
-KINDS = ("plain", "trusting", "resolve", "resolve_ctx", "correction", "name_swap", "swap_episode",
+KINDS = ("plain", "trusting", "resolve", "resolve_ctx", "resolve_tail", "correction", "name_swap", "swap_episode",
          "swap_trusting", "swap_resolve_ctx", "swap_correction", "check_drill")
 
 
@@ -113,6 +119,8 @@ class MixConfig:
 
   resolve_share: share of disambiguation tasks whose decisive re-search is trained.
   continue_share: share of disambiguation tasks with the re-search as context only.
+  complete_share: share of disambiguation tasks with the re-search turn trained except its
+    decision token (``resolve_tail``); drawn independently of the two above.
   correction_share: share of disambiguation tasks with a correction example on the
     trusting draft; perturb_share: share of all tasks with a correction example on a
     perturbed (wrong order / unseen coordinate) direction draft.
@@ -125,9 +133,10 @@ class MixConfig:
   perturb_share: float = 0.15
   seed: int = 0
   check: bool = False
+  complete_share: float = 0.0
 
   def __post_init__(self) -> None:
-    for f in ("resolve_share", "continue_share", "correction_share", "perturb_share"):
+    for f in ("resolve_share", "continue_share", "correction_share", "perturb_share", "complete_share"):
       v = getattr(self, f)
       if not 0.0 <= v <= 1.0:
         raise ValueError(f"{f}: expected a share in [0, 1], got {v}")
@@ -263,6 +272,7 @@ def build_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: Chat
                    mix: MixConfig = MixConfig()) -> list[SFTExample]:
   """The SFT mix over ``tasks`` (pass the train split only); deterministic for ``mix.seed``."""
   rng = np.random.default_rng(mix.seed)
+  tail_rng = np.random.default_rng([mix.seed, 1])
   out: list[SFTExample] = []
 
   def add(task: NavTask, kind: str, messages: Sequence[Message], trained: Sequence[bool] | None = None) -> None:
@@ -290,6 +300,8 @@ def build_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: Chat
           ex = correction_example(formatter, env, task, trusting[:k], trusting[k]["content"], oracle[a_idx[1]]["content"])
           if ex is not None:
             out.append(ex)
+      if tail_rng.random() < mix.complete_share:  # its own stream: the rest of the mix does not move
+        out.append(resolve_tail_example(formatter, task, oracle, a_idx[1], mix.check))
     if rng.random() < mix.perturb_share:
       # The oracle's direction turn, perturbed, is the draft; the oracle's turn is the target.
       d = next((i for i in a_idx if any(c.name == "direction" for c in parse_assistant_turn(oracle[i]["content"]).tool_calls)), None)
@@ -300,6 +312,21 @@ def build_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: Chat
           if ex is not None:
             out.append(ex)
   return out
+
+
+def resolve_tail_example(formatter: ChatFormatter, task: NavTask, oracle: Sequence[Message], turn: int,
+                         check: bool) -> SFTExample:
+  """The oracle episode ``oracle`` (kind ``resolve_tail``), every assistant turn trained except the
+  decision token of the re-search turn ``oracle[turn]``: its first token, or with ``check`` the first
+  token after its check line."""
+  ids, mask = encode_messages(formatter, oracle)
+  start = len(encode_messages(formatter, oracle[:turn])[0])  # the layout is prefix-consistent
+  text = oracle[turn]["content"]
+  pos = start + (check_line_length(formatter.tokenizer, ids, start, text) if check else 0)
+  if not mask[pos]:
+    raise ValueError(f"task {task.task_id}: the decision token at {pos} is not an assistant token")
+  mask[pos] = False
+  return SFTExample(task.task_id, "resolve_tail", tuple(ids), tuple(mask))
 
 
 def swap_names(texts: Sequence[str], old: Sequence[str], new: Sequence[str]) -> list[str] | None:
