@@ -209,6 +209,10 @@ def test_false_claims_about_where_places_were_found_are_rejected(bench):
       v = R.judge(second, bad)
       assert not v.ok and "false_claim" in v.reasons and "results" in v.diagnosis, (task.task_id, bad, v)
   assert seen["odd"] >= 50 and seen["plain"] >= 50, seen
+  # a place the trip does not have is named; a searched place worded otherwise is not judged
+  assert claim_errors(second.history, f"Zzyzx Tower was found in Taipei, far from the other places in {trip}.")[0].endswith(
+      "which neither the request nor the results show")
+  assert claim_errors(second.history, f"The {name} was found in Taipei, far from the other places in {trip}.") == []
   # nothing to read (no parseable result): no claim is judged
   assert claim_errors(SEARCHED, "Check: all in Taipei.") == []
 

@@ -231,10 +231,14 @@ def claim_errors(history: Sequence[dict[str, Any]], text: str) -> list[str]:
   off_lower = {o.lower() for o in off}
   errors: list[str] = []
 
+  visible = "\n".join(str(m.get("content", "")) for m in history if m.get("role") != "assistant").lower()
+
   def check_off(name: str, city: str, what: str) -> None:
     key = name.strip().lower()
     if key not in lower:
-      errors.append(f"{what} names {name.strip()!r}, which no search result shows")
+      if key not in visible and not any(n in key for n in lower):  # a place neither the request nor a result names
+        errors.append(f"{what} names {name.strip()!r}, which neither the request nor the results show")
+      # else: worded otherwise than a searched address ("the Nanhu Lake"); not judged
     elif lower[key][1] != city.strip() or key not in off_lower:
       errors.append(f"{what} says {name.strip()} lies in {city.strip()} apart from the trip, but the results show "
                     f"{lower[key][0]} in {lower[key][1]}" + ("" if key in off_lower else " with the other places"))
