@@ -8,6 +8,9 @@ disambiguate, pass@k and all-fail groups, and self-intervention with the rule-ba
 Validator (does the policy follow the feedback; PPL_roll of its corrections, Eq. 3-4).
 The run dir gets ``metrics.json``, ``loss.png`` and ``sft_data.json`` (the mix).
 ``--quick`` is a seconds-long smoke run for tests (tiny model, few tasks).
+
+The default policy (``policies/navigation_tiny_b11``, build 11) is four such builds, each
+continuing the previous one; ``--chain DIR`` runs all four (``CHAIN``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,30 @@ for _path in (ROOT, ROOT / "experiments"):
     sys.path.insert(0, str(_path))
 
 DEFAULT_POLICY_DIR = ROOT / "policies" / "navigation_tiny"
+
+#: The stages that build the default policy (build 11) from scratch: build 7, then builds 9, 10 and
+#: 11, each continuing the previous one (``--chain DIR``; docs/tiny_policy.md). ``{prev}`` is the
+#: previous stage's policy dir. The shipped dirs: policies/navigation_tiny, _b9, _b10, _b11.
+CHAIN: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("b7", ()),
+    ("b9", ("--init", "{prev}", "--check-line", "1", "--epochs", "1", "--warmup-epochs", "0", "--lr", "1e-3")),
+    ("b10", ("--init", "{prev}", "--check-line", "1", "--complete-share", "1.0", "--epochs", "1",
+             "--warmup-epochs", "0", "--lr", "1e-3")),
+    ("b11", ("--init", "{prev}", "--check-line", "1", "--complete-share", "1.0", "--resolve-share", "0",
+             "--epochs", "1", "--warmup-epochs", "0", "--lr", "1e-3")),
+)
+
+
+def chain_argv(chain_dir: str, extra: list[str]) -> list[list[str]]:
+  """Per ``CHAIN`` stage, the argv of one build: the stage's options, then ``extra`` (later options
+  win, so ``--quick --epochs 0.2`` shrink every stage), then its run dir ``DIR/<stage>`` and policy
+  dir ``DIR/<stage>/policy``."""
+  out, prev = [], None
+  for name, opts in CHAIN:
+    run = os.path.join(chain_dir, name)
+    out.append([o.format(prev=prev) for o in opts] + list(extra) + ["--out", run, "--policy-dir", os.path.join(run, "policy")])
+    prev = os.path.join(run, "policy")
+  return out
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -96,6 +123,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--eval-tasks", type=int, default=None, help="tasks per kind (disambiguation / plain) per split")
   p.add_argument("--eval-samples", type=int, default=8, help="samples per task at temperature 1")
   p.add_argument("--no-eval", action="store_true")
+  p.add_argument("--chain", metavar="DIR", default=None,
+                 help="build the default policy from scratch: the CHAIN stages (build 7, 9, 10, 11) into DIR/b7 .. "
+                      "DIR/b11, each from the previous; other options apply to every stage (about 2.5 h on 2 cores)")
   p.add_argument("--eval-only", action="store_true",
                  help="only evaluate the built policy (its <out>/metrics.json must exist) and rewrite its card")
   args = p.parse_args(argv)
@@ -156,6 +186,19 @@ def plot_loss(losses: list[float], path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+  argv = list(sys.argv[1:] if argv is None else argv)
+  if "--chain" in argv:  # the whole recipe of the default policy, stage by stage
+    i = argv.index("--chain")
+    if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+      raise SystemExit("--chain needs a directory (the stages go to DIR/b7 ... DIR/b11)")
+    extra = argv[:i] + argv[i + 2:]
+    if any(o in extra for o in ("--init", "--out", "--policy-dir")):
+      raise SystemExit("--chain sets --init, --out and --policy-dir of every stage itself")
+    for stage_argv in chain_argv(argv[i + 1], extra):
+      print("chain stage: navigation_sft " + " ".join(stage_argv), flush=True)
+      if main(stage_argv) != 0:
+        return 1
+    return 0
   args = parse_args(argv)
   import numpy as np
   from flax import nnx

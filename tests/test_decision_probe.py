@@ -29,7 +29,7 @@ def test_turn_spans():
   assert decision_probe.turn_spans([]) == [] and decision_probe.turn_spans([True]) == [(0, 1)]
 
 
-@pytest.fixture(scope="module", params=["navigation_tiny", "navigation_tiny_b9", "navigation_tiny_b10"])
+@pytest.fixture(scope="module", params=["navigation_tiny", "navigation_tiny_b9", "navigation_tiny_b10", "navigation_tiny_b11"])
 def shipped(request):
   from models import from_pretrained
   from rti_jax import objectives

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import sys
 
 import numpy as np
 import pytest
 
 from rti_jax.policy.tokenizer import CHAT_TEMPLATE
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def test_quick_build_writes_checkpoint_metrics_and_plot(tmp_path):
@@ -92,3 +95,36 @@ def test_holdout_keeps_the_last_train_tasks_out_of_sft():
   for bad in (-1, 10):
     with pytest.raises(SystemExit, match="--holdout"):
       navigation_sft.split_train(tasks, bad)
+
+
+def test_chain_recipe_matches_the_shipped_builds():
+  """``--chain``'s stages are the commands recorded in the shipped policies' build.json, so the
+  chain rebuilds the default policy (build 11) from scratch."""
+  sys.path.insert(0, "experiments")
+  import navigation_sft
+
+  stages = navigation_sft.chain_argv("/tmp/chain", ["--seed", "3"])
+  assert [a[a.index("--out") + 1] for a in stages] == ["/tmp/chain/b7", "/tmp/chain/b9", "/tmp/chain/b10", "/tmp/chain/b11"]
+  assert "--init" not in stages[0]
+  for prev, stage in zip(stages, stages[1:]):
+    assert stage[stage.index("--init") + 1] == prev[prev.index("--policy-dir") + 1]
+    assert stage[stage.index("--seed") + 1] == "3"
+
+  def options(argv):  # without the paths, which differ
+    out, skip = [], False
+    for a in argv:
+      if skip:
+        skip = False
+      elif a in ("--init", "--out", "--policy-dir", "--seed"):
+        skip = True
+      else:
+        out.append(a)
+    return out
+
+  for (name, _), stage in zip(navigation_sft.CHAIN[1:], stages[1:]):
+    shipped = json.loads((ROOT / "policies" / f"navigation_tiny_{name}" / "build.json").read_text())["argv"]
+    assert options(stage) == options(shipped), name
+  with pytest.raises(SystemExit, match="--chain sets"):
+    navigation_sft.main(["--chain", "/tmp/chain", "--init", "x"])
+  with pytest.raises(SystemExit, match="needs a directory"):
+    navigation_sft.main(["--quick", "--chain"])
