@@ -1,4 +1,4 @@
-"""The shipped tiny policy (``policies/navigation_tiny``): transformers loads it with the same
+"""The shipped tiny policy (``policies/navigation_tiny_b11``, the default): transformers loads it with the same
 logits as our Flax Qwen3, and its measured behaviour has the intended shape on a few tasks."""
 
 from __future__ import annotations

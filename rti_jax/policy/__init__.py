@@ -7,14 +7,15 @@
 * ``sft``: the tiny Qwen3 config and the SFT loop (``tiny_qwen3_config``, ``train``).
 * ``evaluate``: behaviour with the real sampler and intervention pipeline.
 
-The shipped checkpoint is ``policies/navigation_tiny`` (``DEFAULT_POLICY_DIR``), rebuilt by
-``python experiments/run.py --exp=navigation_sft``.
+The default policy is ``policies/navigation_tiny_b11`` (``DEFAULT_POLICY_DIR``, build 11), rebuilt
+from scratch by ``python experiments/run.py --exp=navigation_sft --chain DIR``: build 7
+(``policies/navigation_tiny``), then builds 9, 10 and 11, each continuing the previous one.
 """
 
 from __future__ import annotations
 
 import pathlib
 
-DEFAULT_POLICY_DIR = pathlib.Path(__file__).resolve().parents[2] / "policies" / "navigation_tiny"
+DEFAULT_POLICY_DIR = pathlib.Path(__file__).resolve().parents[2] / "policies" / "navigation_tiny_b11"
 
 __all__ = ["DEFAULT_POLICY_DIR"]
