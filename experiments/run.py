@@ -28,6 +28,7 @@ def _register_available() -> None:
       "theorem": ("theorem", "numerical check of Theorem 1 (Appendix B)"),
       "tabular": ("tabular", "fast tabular model of the whole method"),
       "telecom": ("telecom", "GRPO vs RTI on tau2-Telecom"),
+      "telecom_sft": ("telecom_sft", "build the tiny Telecom base policy by SFT on scripted trajectories"),
       "decision_probe": ("decision_probe", "Navigation diagnostic: the decisive step's probability per RL iteration"),
   }
   for name, (module, desc) in candidates.items():

@@ -50,6 +50,10 @@ class EnvConfig:
   # Navigation: leave tasks that a later candidate of the first results already solves
   # (``tasks.listed_alternative``) out of RL rollouts. Validation and test splits are unchanged.
   rl_exclude_listed: bool = False
+  # Telecom: the policy text of the system prompt. full = tau2's policy + tech-support manual;
+  # condensed = ``envs.telecom.condensed.CONDENSED_POLICY`` (for a tiny policy; what was condensed
+  # is listed there). The agent-tool schemas are appended either way.
+  policy_text: str = "full"
 
 
 @dataclasses.dataclass
@@ -184,6 +188,7 @@ _CHOICES = {
     "env.name": ("navigation", "telecom"),
     "rollout.backend": ("jax", "sglang"),
     "env.setting": ("tiny", "paper"),
+    "env.policy_text": ("full", "condensed"),
     "intervention.validator": ("rules", "llm"),
     "intervention.verifier": ("rules", "llm", "off"),
     "loss.method": ("grpo", "rti", "gspo", "aepo", "luffy", "opd"),
@@ -221,6 +226,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     raise ConfigError(f"train.val_tasks: expected in [0, env.num_train={cfg.env.num_train}), got {cfg.train.val_tasks}")
   if cfg.env.rl_exclude_listed and cfg.env.name != "navigation":
     raise ConfigError(f"env.rl_exclude_listed: a Navigation option, got it with env.name={cfg.env.name!r}")
+  if cfg.env.policy_text != "full" and cfg.env.name != "telecom":
+    raise ConfigError(f"env.policy_text: a Telecom option, got {cfg.env.policy_text!r} with env.name={cfg.env.name!r}")
   if cfg.rollout.backend == "sglang" and not cfg.rollout.sglang_url:
     raise ConfigError("rollout.sglang_url: required when rollout.backend=sglang (e.g. http://127.0.0.1:30000)")
   if cfg.rollout.group_size < 2:

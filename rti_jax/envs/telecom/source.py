@@ -26,13 +26,27 @@ def telecom_subsets() -> dict[str, Any]:
   return subsets
 
 
+def policy_for(policy_text: str) -> str | None:
+  """The policy text for ``env.policy_text``: None (the env's full text) for "full", the
+  condensed policy for "condensed"."""
+  if policy_text == "full":
+    return None
+  if policy_text == "condensed":
+    from rti_jax.envs.telecom.condensed import CONDENSED_POLICY
+
+    return CONDENSED_POLICY
+  raise ValueError(f"env.policy_text: expected 'full' or 'condensed', got {policy_text!r}")
+
+
 def telecom_source(cfg: ExperimentConfig, policy: str | None = None) -> Any:
   """The offline tau2-Telecom benchmark as a ``rti_jax.trainer.TaskSource``.
 
   cfg: reads ``cfg.env.max_turns`` (1..30; the paper's protocol allows 30 assistant
-    turns) and ``cfg.env.seed`` (the scripted user's phrasing seed).
+    turns), ``cfg.env.seed`` (the scripted user's phrasing seed) and ``cfg.env.policy_text``
+    ("full" or "condensed", used when ``policy`` is None).
   policy: replaces the policy text of the system prompt (e.g. a condensed policy for a
-    tiny model); None keeps the full policy and tech-support manual.
+    tiny model); None: ``cfg.env.policy_text`` decides ("full": the policy and tech-support
+    manual; "condensed": ``condensed.CONDENSED_POLICY``).
   """
   from rti_jax.trainer import TaskSource
 
@@ -41,6 +55,8 @@ def telecom_source(cfg: ExperimentConfig, policy: str | None = None) -> Any:
     raise ValueError(f"cfg.env.max_turns: expected 1..{MAX_TURNS} for telecom, got {cfg.env.max_turns}")
   if policy is not None and not (isinstance(policy, str) and policy.strip()):
     raise ValueError(f"policy: expected a non-empty string or None, got {policy!r}")
+  if policy is None:
+    policy = policy_for(cfg.env.policy_text)
   seed = int(cfg.env.seed)
   train: list[TelecomTask] = load_split("train")
   test: list[TelecomTask] = load_split("test")

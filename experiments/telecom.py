@@ -1,0 +1,175 @@
+"""GRPO vs RTI on tau2-Telecom from the tiny Telecom base policy.
+
+    python experiments/run.py --exp=telecom                   # one seed (configs/telecom.yaml)
+    python experiments/run.py --exp=telecom --seeds 0 1 2    # the README's 3-seed gap
+    python experiments/run.py --exp=telecom --quick --policy policies/<dir>   # a smoke run
+    python experiments/run.py --exp=telecom train.iterations=20 rollout.group_size=8   # overrides
+
+The base policy is built by ``experiments/telecom_sft.py`` (``policies/telecom_tiny``) and sees
+the condensed policy (``env.policy_text: condensed``; what was condensed:
+``rti_jax/envs/telecom/condensed.py``). For each seed, GRPO and RTI (rule-based Validator and
+Verifier, the policy as its own Corrector) are trained from that policy on the train split
+(the last ``train.val_tasks`` train tasks, also held out of the base policy's SFT, are the
+validation split) with the same budget and seed; base, GRPO and RTI are then evaluated on the
+40 test tasks with ``train.eval_samples`` (4) samples each. Output as Navigation's: a table of
+p@1 / avg p@k / avg pk overall and per issue type, the per-seed RTI - GRPO gap,
+``results.json``, ``table.md`` and the plots of ``navigation.plot`` (Fig. 4, 5a, 5b). The test
+split is only ever evaluated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+for _path in (HERE.parent, HERE):
+  if str(_path) not in sys.path:
+    sys.path.insert(0, str(_path))
+
+import navigation  # noqa: E402  (shared parser, run-dir set-up, plots and result files)
+from rti_jax import reporting  # noqa: E402
+from rti_jax.config import load_config, to_yaml  # noqa: E402
+
+QUICK = [
+    "rollout.tasks_per_iter=2", "rollout.group_size=2", "rollout.max_new_tokens=48", "env.max_turns=4",
+    "train.iterations=1", "train.eval_every=1", "train.val_tasks=2", "train.eval_samples=2",
+    "train.checkpoint_every=1",
+]
+QUICK_TEST_TASKS = 3
+METHODS = ("grpo", "rti")
+#: (column, subset key of Trainer.evaluate) for the per-issue columns
+SUBSET_COLUMNS = (("service p@1", "service_issue"), ("data p@1", "mobile_data_issue"), ("mms p@1", "mms_issue"),
+                  ("hard persona p@1", "hard_persona"))
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
+  p = navigation.common_parser("run.py --exp=telecom", __doc__, "runs/<name>-<time>")
+  p.set_defaults(config="telecom")
+  p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+  p.add_argument("--policy", default=None, help="the base policy dir (overrides policy.path)")
+  p.add_argument("--test-tasks", type=int, default=None,
+                 help=f"evaluate only the first N test tasks (default all 40; {QUICK_TEST_TASKS} with --quick)")
+  return navigation.split_overrides(p, argv)
+
+
+def make_source(cfg: Any, test_tasks: int | None) -> Any:
+  """The Telecom task source of ``cfg`` (``env.policy_text`` picks the policy text), with the
+  test split cut to its first ``test_tasks`` when given."""
+  import dataclasses
+
+  from rti_jax.envs.telecom.source import telecom_source
+
+  source = telecom_source(cfg)
+  if test_tasks is not None:
+    if not 1 <= test_tasks <= len(source.test):
+      raise SystemExit(f"--test-tasks must be in 1..{len(source.test)}, got {test_tasks}")
+    source = dataclasses.replace(source, test=list(source.test)[:test_tasks])
+  return source
+
+
+def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], methods: Sequence[str], out: pathlib.Path,
+        test_tasks: int | None = None, progress: bool = True) -> dict[str, Any]:
+  """Trains each method from the same base policy, budget and seed; evaluates base and each
+  on the test split. ``runs[seed][method]`` is the final evaluation, ``runs[seed][method +
+  "_records"]`` the per-iteration metrics (the layout ``navigation.plot`` reads)."""
+  from rti_jax.trainer import Trainer
+
+  variants = {m: [f"loss.method={m}"] for m in methods}
+  results: dict[str, Any] = {"seeds": list(seeds), "methods": ["base", *variants], "variants": variants, "runs": {}}
+  base_cfg = load_config(cfg_name, list(overrides))
+  if base_cfg.env.name != "telecom":
+    raise SystemExit(f"--config {cfg_name}: expected env.name telecom, got {base_cfg.env.name!r}")
+  (out / "config.yaml").write_text(to_yaml(base_cfg))
+  t_all = time.perf_counter()
+  for seed in seeds:
+    per_seed: dict[str, Any] = {}
+    for label, extra in variants.items():
+      cfg = load_config(cfg_name, [*overrides, *extra, f"train.seed={seed}"])
+      run_dir = out / f"seed{seed}" / label
+      trainer = Trainer(cfg, run_dir, source=make_source(cfg, test_tasks), progress=progress)
+      test = trainer.source.test
+      if "base" not in per_seed:
+        per_seed["base"] = trainer.evaluate(test, cfg.train.eval_samples, seed=10_000 + seed, desc="eval base")
+      t0 = time.perf_counter()
+      records = trainer.train(eval_tasks=trainer.monitor_tasks())
+      per_seed[f"{label}_train_s"] = time.perf_counter() - t0
+      per_seed[label] = trainer.evaluate(test, cfg.train.eval_samples, seed=10_000 + seed, desc=f"eval {label}")
+      per_seed[f"{label}_records"] = records
+      trainer.export(run_dir / "policy")
+    results["runs"][str(seed)] = per_seed
+  results["wall_s"] = time.perf_counter() - t_all
+  return results
+
+
+def summary_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+  """Rows (percent, mean over seeds): p@1, avg p@k, avg pk overall, and p@1 per issue type and on
+  the Hard persona."""
+  cols = ["method", "p@1", "avg p@k", "avg pk", *[c for c, _ in SUBSET_COLUMNS]]
+  parts = [("all", "p@1"), ("all", "avg p@k"), ("all", "avg pk"), *[(k, "p@1") for _, k in SUBSET_COLUMNS]]
+  rows = []
+  for method in results["methods"]:
+    vals = []
+    for part, key in parts:
+      xs = [r[method][part][key] for r in results["runs"].values() if part in r[method]]
+      vals.append(100 * float(np.mean(xs)) if xs else float("nan"))
+    rows.append([method, *vals])
+  return cols, rows
+
+
+def val_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+  """The last periodic evaluation of each trained method (the validation split), mean over seeds."""
+  cols = ["method", "p@1", "avg p@k", "tasks"]
+  rows = []
+  for method in results["methods"][1:]:
+    evs = [r[f"{method}_records"][-1]["eval"] for r in results["runs"].values()
+           if r.get(f"{method}_records") and "eval" in r[f"{method}_records"][-1]]
+    if evs:
+      rows.append([method, 100 * float(np.mean([e["all"]["p@1"] for e in evs])),
+                   100 * float(np.mean([e["all"]["avg p@k"] for e in evs])), evs[0]["num_tasks"]])
+  return cols, rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  args, unknown = parse_args(argv)
+  if args.policy is not None:
+    if not pathlib.Path(args.policy).is_dir():
+      print(f"--policy: {args.policy} is not a directory (build one with --exp=telecom_sft)", file=sys.stderr)
+      return 2
+    args.overrides = [*args.overrides, f"policy.path={args.policy}"]
+  prepared = navigation.prepare_run(args, unknown, QUICK)
+  if prepared is None:
+    return 2
+  overrides, out = prepared
+  path = load_config(args.config, overrides).policy.path
+  if not pathlib.Path(path).is_dir():
+    print(f"policy.path: {path} is not a directory; build the base policy first: "
+          f"python experiments/run.py --exp=telecom_sft --policy-dir {path}", file=sys.stderr)
+    return 2
+  test_tasks = args.test_tasks if args.test_tasks is not None else (QUICK_TEST_TASKS if args.quick else None)
+  results = run(args.config, overrides, args.seeds, args.methods, out, test_tasks, progress=not args.no_progress)
+  cols, rows = summary_rows(results)
+  n_test = next(iter(results["runs"].values()))["base"]["num_tasks"]
+  tables = [reporting.print_table(f"Telecom, test split ({n_test} tasks, {len(args.seeds)} seed(s), %)", cols, rows)]
+  scols, srows = navigation.seed_rows(results)
+  tables.append(reporting.print_table("Per seed (p@1, %)", scols, srows))
+  vcols, vrows = val_rows(results)
+  if vrows:
+    tables.append(reporting.print_table("Last periodic evaluation (validation split; %)", vcols, vrows))
+    results["validation"] = {"columns": vcols, "rows": vrows}
+  results["table"] = {"columns": cols, "rows": rows}
+  results["per_seed"] = {"columns": scols, "rows": srows}
+  navigation.write_results(results, out, tables)
+  pngs = navigation.plot(results, out)
+  print(f"run dir: {out}  (results.json, table.md, {', '.join(pngs)}, seed*/<method>/metrics.jsonl)")
+  print(f"wall time: {results['wall_s'] / 60:.1f} min")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
