@@ -19,7 +19,7 @@ import argparse
 import pathlib
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -79,10 +79,11 @@ def split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str] | None
 
 
 def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants: dict[str, Sequence[str]],
-        out: pathlib.Path, progress: bool = True) -> dict[str, Any]:
+        out: pathlib.Path, progress: bool = True, source: Callable[[Any], Any] | None = None) -> dict[str, Any]:
   """Trains each variant from the same base policy, budget and seed; evaluates base and every variant.
 
   variants: label -> extra config overrides (e.g. ``{"grpo": ["loss.method=grpo"], "rti": [...]}``).
+  source: cfg -> the ``TaskSource`` to train and evaluate on (None: the trainer's own, from ``env.name``).
   Returns the results dict: ``runs[seed][label]`` is the final held-out evaluation,
   ``runs[seed][label + "_records"]`` the per-iteration metrics.
   """
@@ -98,7 +99,7 @@ def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants:
     for label, extra in variants.items():
       cfg = load_config(cfg_name, [*overrides, *extra, f"train.seed={seed}"])
       run_dir = out / f"seed{seed}" / label
-      trainer = Trainer(cfg, run_dir, progress=progress)
+      trainer = Trainer(cfg, run_dir, source=None if source is None else source(cfg), progress=progress)
       test = trainer.source.test
       if "base" not in per_seed:  # the base policy, evaluated once per seed with the same sampler
         per_seed["base"] = trainer.evaluate(test, cfg.train.eval_samples, seed=10_000 + seed, desc="eval base")

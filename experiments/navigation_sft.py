@@ -164,7 +164,8 @@ def pick(tasks: list[Any], n: int) -> list[Any]:
   return need + plain
 
 
-def plot_loss(losses: list[float], path: str) -> None:
+def plot_loss(losses: list[float], path: str, title: str = "Navigation tiny policy: SFT") -> None:
+  """The SFT loss per step (log scale) and its running mean, as a PNG."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -178,7 +179,7 @@ def plot_loss(losses: list[float], path: str) -> None:
   ax.set_yscale("log")
   ax.set_xlabel("step")
   ax.set_ylabel("NLL per assistant token")
-  ax.set_title("Navigation tiny policy: SFT")
+  ax.set_title(title)
   ax.legend()
   fig.tight_layout()
   fig.savefig(path, dpi=120)

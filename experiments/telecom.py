@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
-import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -34,7 +33,7 @@ for _path in (HERE.parent, HERE):
 
 import navigation  # noqa: E402  (shared parser, run-dir set-up, plots and result files)
 from rti_jax import reporting  # noqa: E402
-from rti_jax.config import load_config, to_yaml  # noqa: E402
+from rti_jax.config import load_config  # noqa: E402
 
 QUICK = [
     "rollout.tasks_per_iter=2", "rollout.group_size=2", "rollout.max_new_tokens=48", "env.max_turns=4",
@@ -76,35 +75,15 @@ def make_source(cfg: Any, test_tasks: int | None) -> Any:
 def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], methods: Sequence[str], out: pathlib.Path,
         test_tasks: int | None = None, progress: bool = True) -> dict[str, Any]:
   """Trains each method from the same base policy, budget and seed; evaluates base and each
-  on the test split. ``runs[seed][method]`` is the final evaluation, ``runs[seed][method +
-  "_records"]`` the per-iteration metrics (the layout ``navigation.plot`` reads)."""
-  from rti_jax.trainer import Trainer
-
-  variants = {m: [f"loss.method={m}"] for m in methods}
-  results: dict[str, Any] = {"seeds": list(seeds), "methods": ["base", *variants], "variants": variants, "runs": {}}
+  on the test split (``navigation.run`` with the Telecom source). ``runs[seed][method]`` is the
+  final evaluation, ``runs[seed][method + "_records"]`` the per-iteration metrics (the layout
+  ``navigation.plot`` reads)."""
   base_cfg = load_config(cfg_name, list(overrides))
   if base_cfg.env.name != "telecom":
     raise SystemExit(f"--config {cfg_name}: expected env.name telecom, got {base_cfg.env.name!r}")
-  (out / "config.yaml").write_text(to_yaml(base_cfg))
-  t_all = time.perf_counter()
-  for seed in seeds:
-    per_seed: dict[str, Any] = {}
-    for label, extra in variants.items():
-      cfg = load_config(cfg_name, [*overrides, *extra, f"train.seed={seed}"])
-      run_dir = out / f"seed{seed}" / label
-      trainer = Trainer(cfg, run_dir, source=make_source(cfg, test_tasks), progress=progress)
-      test = trainer.source.test
-      if "base" not in per_seed:
-        per_seed["base"] = trainer.evaluate(test, cfg.train.eval_samples, seed=10_000 + seed, desc="eval base")
-      t0 = time.perf_counter()
-      records = trainer.train(eval_tasks=trainer.monitor_tasks())
-      per_seed[f"{label}_train_s"] = time.perf_counter() - t0
-      per_seed[label] = trainer.evaluate(test, cfg.train.eval_samples, seed=10_000 + seed, desc=f"eval {label}")
-      per_seed[f"{label}_records"] = records
-      trainer.export(run_dir / "policy")
-    results["runs"][str(seed)] = per_seed
-  results["wall_s"] = time.perf_counter() - t_all
-  return results
+  variants = {m: [f"loss.method={m}"] for m in methods}
+  return navigation.run(cfg_name, overrides, seeds, variants, out, progress=progress,
+                        source=lambda cfg: make_source(cfg, test_tasks))
 
 
 def summary_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

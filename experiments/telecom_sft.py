@@ -26,8 +26,9 @@ import time
 from typing import Any, Sequence
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-  sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "experiments"):
+  if str(_path) not in sys.path:
+    sys.path.insert(0, str(_path))
 
 DEFAULT_POLICY_DIR = ROOT / "policies" / "telecom_tiny"
 
@@ -87,25 +88,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   if args.epochs <= 0:
     raise SystemExit(f"--epochs must be > 0, got {args.epochs}")
   return args
-
-
-def plot_loss(losses: list[float], path: str) -> None:
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  import numpy as np
-
-  fig, ax = plt.subplots(figsize=(5, 3.2))
-  ax.plot(np.arange(1, len(losses) + 1), losses, lw=0.8, label="batch")
-  if len(losses) >= 10:
-    k = max(2, len(losses) // 20)
-    ax.plot(np.arange(k, len(losses) + 1), np.convolve(losses, np.ones(k) / k, "valid"), lw=1.5, label=f"mean of {k}")
-  ax.set_yscale("log")
-  ax.set(xlabel="step", ylabel="NLL per assistant token", title="Telecom tiny policy: SFT")
-  ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
 
 
 def build_data(args: argparse.Namespace, log: Any) -> tuple[Any, Any, list[Any], list[Any], list[Any]]:
@@ -181,7 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
            "argv": list(argv) if argv is not None else sys.argv[1:]}
   with open(os.path.join(args.policy_dir, "build.json"), "w") as f:
     json.dump(build, f, indent=1)
-  plot_loss(result.losses, os.path.join(args.out, "loss.png"))
+  from navigation_sft import plot_loss
+
+  plot_loss(result.losses, os.path.join(args.out, "loss.png"), title="Telecom tiny policy: SFT")
   metrics: dict[str, Any] = {
     **build, "seed": args.seed, "quick": args.quick, "policy_dir": str(args.policy_dir),
     "sft_tasks": len(sft_tasks), "holdout_tasks": [t.task_id for t in held], "rounds": args.rounds,
