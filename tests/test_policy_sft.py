@@ -476,7 +476,7 @@ def test_resolve_tail_trains_the_re_search_turn_but_its_decision_token(setup, ch
   tails = [e for e in new if e.kind == "resolve_tail"]
   by_id = {t.task_id: t for t in tasks}
   resolved = [t for t in tasks if t.needs_disambiguation
-              and len(sft_data._assistant_indices(sft_data.play(env, sft_data.scripted(nav.OracleAgent, t, check), t))) > 3]
+              and len(sft_data.assistant_indices(sft_data.play(env, sft_data.scripted(nav.OracleAgent, t, check), t))) > 3]
   assert len(tails) == len(resolved) > 5
   for e in tails:
     task = by_id[e.task_id]

@@ -217,12 +217,13 @@ def encode_messages(formatter: ChatFormatter, messages: Sequence[Message], train
   return ids, mask
 
 
-def step_context(messages: Sequence[Message], draft: str, env: NavigationEnv) -> StepContext:
-  """The roles' view of a step (as ``intervention.pipeline.step_context``) for ``env``'s task."""
+def step_context(messages: Sequence[Message], draft: str, env: Any, domain: str = "navigation") -> StepContext:
+  """The roles' view of a step (as ``intervention.pipeline.step_context``) for ``env``'s task
+  (``env`` reset or replayed on it; any domain's env: its tools and reward evidence)."""
   history = tuple(m for m in messages if m.get("role") != "system")
   user = next(m["content"] for m in messages if m["role"] == "user")
-  return StepContext(user_query=user, history=history, draft=draft, tools=tuple(env.tool_schemas()),
-                     evidence=dict(env.reward_evidence()), domain="navigation")
+  return StepContext(user_query=str(user), history=history, draft=draft, tools=tuple(env.tool_schemas()),
+                     evidence=dict(env.reward_evidence()), domain=domain)
 
 
 def correction_example(formatter: ChatFormatter, env: NavigationEnv, task: NavTask, prefix: Sequence[Message],
@@ -264,7 +265,8 @@ def _perturbed_direction(draft: str, rng: np.random.Generator) -> str | None:
   return render_turn(text, [direction_call(stops, args.get("mode"))])
 
 
-def _assistant_indices(messages: Sequence[Message]) -> list[int]:
+def assistant_indices(messages: Sequence[Message]) -> list[int]:
+  """Indices of the assistant messages in ``messages``."""
   return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
 
 
@@ -281,7 +283,7 @@ def build_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: Chat
 
   for task in tasks:
     oracle = play(env, scripted(OracleAgent, task, mix.check), task)
-    a_idx = _assistant_indices(oracle)
+    a_idx = assistant_indices(oracle)
     if not task.needs_disambiguation or len(a_idx) == 3:  # hints alone resolve it: no re-search turn
       add(task, "plain", oracle)
     else:
@@ -294,7 +296,7 @@ def build_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: Chat
       elif u[1] < mix.continue_share:
         add(task, "resolve_ctx", oracle, [j not in (1,) for j in range(n_turns)])
       if u[2] < mix.correction_share:
-        t_idx = _assistant_indices(trusting)
+        t_idx = assistant_indices(trusting)
         if len(t_idx) >= 2:
           k = t_idx[1]
           ex = correction_example(formatter, env, task, trusting[:k], trusting[k]["content"], oracle[a_idx[1]]["content"])
@@ -464,7 +466,7 @@ def swap_disamb_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter
     if task is None or frozenset(s.poi_id for s in task.stops) in seen:
       continue
     oracle = play(env, scripted(OracleAgent, task, check), task)
-    a_idx = _assistant_indices(oracle)
+    a_idx = assistant_indices(oracle)
     if len(a_idx) <= 3 or env.transcript.reward != 1.0:  # no re-search turn (or, defensively, no success)
       continue
     seen.add(frozenset(s.poi_id for s in task.stops))
@@ -476,7 +478,7 @@ def swap_disamb_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter
       ids, mask = encode_messages(formatter, trusting)
       out.append(SFTExample(task.task_id, "swap_trusting", tuple(ids), tuple(mask)))
     if u[1] < correction_share:
-      t_idx = _assistant_indices(trusting)
+      t_idx = assistant_indices(trusting)
       if len(t_idx) >= 2:
         k = t_idx[1]
         ex = correction_example(formatter, env, task, trusting[:k], trusting[k]["content"], oracle[a_idx[1]]["content"],
@@ -516,7 +518,7 @@ def check_drill_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter
 
   def add(task: NavTask) -> bool:
     messages = play(env, scripted(OracleAgent, task, True), task)
-    a_idx = _assistant_indices(messages)
+    a_idx = assistant_indices(messages)
     if len(a_idx) < 2 or not messages[a_idx[1]]["content"].startswith(CHECK_PREFIX):
       return False
     turn = messages[a_idx[1]]["content"]

@@ -57,8 +57,8 @@ from rti_jax.envs.telecom.condensed import CONDENSED_POLICY
 from rti_jax.envs.telecom.env import AGENT_STOP, TelecomEnv
 from rti_jax.envs.telecom.scripted_agents import tool_call_text
 from rti_jax.envs.telecom.tasks import TelecomTask
-from rti_jax.intervention.judges import StepContext, ValidatorJudgement, feedback_message
-from rti_jax.policy.sft_data import SFTExample, encode_messages, play
+from rti_jax.intervention.judges import ValidatorJudgement, feedback_message
+from rti_jax.policy.sft_data import SFTExample, assistant_indices, encode_messages, play, step_context
 from rti_jax.rollout import ChatFormatter
 
 Message = dict[str, Any]
@@ -104,10 +104,6 @@ def decisive_index(messages: Sequence[Message]) -> int | None:
                if m.get("role") == "assistant" and device_step_of(str(m.get("content", ""))) is not None), None)
 
 
-def _assistant_indices(messages: Sequence[Message]) -> list[int]:
-  return [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
-
-
 @dataclasses.dataclass(frozen=True)
 class TelecomMix:
   """Shares of the SFT mix (module docstring); each in [0, 1]."""
@@ -125,22 +121,12 @@ class TelecomMix:
         raise ValueError(f"{name}: expected a share in [0, 1], got {v}")
 
 
-def step_context(messages: Sequence[Message], draft: str, env: TelecomEnv) -> StepContext:
-  """The roles' view of a step, as ``intervention.pipeline.step_context`` builds it (history
-  without the system prompt, the env's tools and reward evidence; ``env`` must be reset on the
-  task)."""
-  history = tuple(m for m in messages if m.get("role") != "system")
-  user = next(m["content"] for m in messages if m["role"] == "user")
-  return StepContext(user_query=str(user), history=history, draft=draft, tools=tuple(env.tool_schemas()),
-                     evidence=dict(env.reward_evidence()), domain="telecom")
-
-
 def judge_draft(messages: Sequence[Message], draft: str, env: TelecomEnv) -> ValidatorJudgement:
   """The rule-based Validator's judgement (the pipeline's ``rule_roles("telecom")``) of ``draft``."""
   from rti_jax.intervention.pipeline import rule_roles
 
   validator, _ = rule_roles("telecom")
-  return validator.judge(step_context(messages, draft, env))
+  return validator.judge(step_context(messages, draft, env, "telecom"))
 
 
 def correction_example(formatter: ChatFormatter, env: TelecomEnv, task: TelecomTask, prefix: Sequence[Message],
@@ -151,7 +137,7 @@ def correction_example(formatter: ChatFormatter, env: TelecomEnv, task: TelecomT
 
   env.reset(task)  # the evidence is the task's
   validator, verifier = rule_roles("telecom")
-  ctx = step_context(prefix, draft, env)
+  ctx = step_context(prefix, draft, env, "telecom")
   judgement = validator.judge(ctx)
   if judgement.is_valid or not verifier.judge(ctx, target).ok:
     return None
@@ -199,7 +185,7 @@ def build_examples(tasks: Sequence[TelecomTask], env: TelecomEnv, formatter: Cha
     if env.transcript.reward != 0.0:
       raise ValueError(f"task {task.task_id}: the mistaken episode got reward {env.transcript.reward}, expected 0")
     add(task, "trusting", bad)
-    a_idx = _assistant_indices(good)
+    a_idx = assistant_indices(good)
     j = a_idx.index(d)
     u = rng.random(3)
     if u[0] < mix.resolve_share:
