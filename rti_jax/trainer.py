@@ -25,6 +25,7 @@ OPD's teacher log-probs attached to each batch before the jitted step.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import pathlib
 import time
@@ -210,7 +211,6 @@ class Trainer:
     self.train_step: ShardedTrainStep = make_train_step(self.model, self.tx, self.mesh, self.loss_config)
     self.state: TrainState = self.train_step.state
     self.ref_params = self.state.params if cfg.loss.beta > 0 else None
-    self._logp_fn = jax.jit(self._forward_logp)
     # --- baselines (rti_jax/baselines.py): AEPO's entropy, OPD's teacher, LUFFY's demonstrator ---
     method = cfg.loss.method
     self.entropy_fn = baselines.make_entropy_fn(self.train_step.graphdef, self.state.rest) if method == "aepo" else None
@@ -266,9 +266,9 @@ class Trainer:
     rng = np.random.default_rng([self.cfg.train.seed, epoch])
     return rng.permutation(len(self.source.train))
 
-  def _forward_logp(self, params: Any, ids: jax.Array, mask: jax.Array) -> jax.Array:
-    net = nnx.merge(self.train_step.graphdef, params, self.state.rest)
-    return objectives.next_token_logprobs(net(ids, mask), ids)
+  def _logp_fn(self, params: Any, ids: jax.Array, mask: jax.Array) -> jax.Array:
+    """Per-token log-probs [B, T] of ``ids`` under ``params`` (jitted; compiles shared across trainers)."""
+    return _forward_logp(self.train_step.graphdef, params, self.state.rest, ids, mask)
 
   # --- data ----------------------------------------------------------------------------------
 
@@ -508,6 +508,14 @@ class Trainer:
 
     save_pretrained(self.policy(), self.model_config, str(path), dtype=self.model_config.dtype)
     self.tokenizer.save_pretrained(str(path))
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def _forward_logp(graphdef: Any, params: Any, rest: Any, ids: jax.Array, mask: jax.Array) -> jax.Array:
+  """Per-token log-probs [B, T] of ``ids`` under ``params`` (the KL reference pass). Module-level, so
+  trainers of the same architecture (GRPO then RTI in one run, or the next seed) share its compiles."""
+  net = nnx.merge(graphdef, params, rest)
+  return objectives.next_token_logprobs(net(ids, mask), ids)
 
 
 def length_chunks(batch: objectives.RTIBatch, n: int, bucket: Callable[[int], int]) -> list[objectives.RTIBatch]:
