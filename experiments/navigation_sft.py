@@ -150,11 +150,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def split_train(train: list[Any], holdout: int) -> tuple[list[Any], list[Any]]:
-  """(SFT tasks, held-out tasks): the last ``holdout`` train-split tasks are kept out of SFT for
-  diagnostics (the test split is never read by the build's training)."""
-  if not 0 <= holdout < len(train):
-    raise SystemExit(f"--holdout must be in [0, {len(train)}), got {holdout}")
-  return list(train[:len(train) - holdout]), list(train[len(train) - holdout:])
+  """``sft_data.split_train``, with a bad ``--holdout`` as a command-line error."""
+  from rti_jax.policy import sft_data
+
+  try:
+    return sft_data.split_train(train, holdout)
+  except ValueError as e:
+    raise SystemExit(f"--holdout: {e}") from None
 
 
 def pick(tasks: list[Any], n: int) -> list[Any]:

@@ -97,10 +97,9 @@ def build_data(args: argparse.Namespace, log: Any) -> tuple[Any, Any, list[Any],
   from rti_jax.policy.tokenizer import build_tokenizer
   from rti_jax.rollout import ChatFormatter
 
-  try:
-    sft_tasks, held = td.split_train(load_split("train"), args.holdout)
-  except ValueError as e:
-    raise SystemExit(f"--holdout: {e}") from None
+  from navigation_sft import split_train
+
+  sft_tasks, held = split_train(load_split("train"), args.holdout)
   if args.quick:
     sft_tasks = sft_tasks[:12]
   corpus = [text for r in range(args.rounds) for text in td.corpus_texts(sft_tasks, td.make_env(seed=r))]

@@ -24,7 +24,7 @@ from rti_jax.intervention.judges import feedback_message
 from rti_jax.intervention.pipeline import rule_roles, step_context
 from rti_jax.intervention.rules_telecom import USER_SIDE_DEVICE_ACTION
 from rti_jax.policy import telecom_sft_data as td
-from rti_jax.policy.sft_data import encode_messages, play
+from rti_jax.policy.sft_data import encode_messages, play, split_train
 from rti_jax.policy.tokenizer import build_tokenizer
 from rti_jax.rollout import ChatFormatter, Episode
 
@@ -200,8 +200,8 @@ def test_mix_is_deterministic_and_shares_checked():
   with pytest.raises(ValueError, match="resolve_share"):
     td.TelecomMix(resolve_share=1.5)
   with pytest.raises(ValueError, match="holdout"):
-    td.split_train(load_split("train"), 74)
-  sft, held = td.split_train(load_split("train"), 10)
+    split_train(load_split("train"), 74)
+  sft, held = split_train(load_split("train"), 10)
   assert len(sft) == 64 and [t.task_id for t in held] == [t.task_id for t in load_split("train")[-10:]]
 
 

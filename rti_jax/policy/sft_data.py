@@ -577,3 +577,12 @@ def summary(examples: Sequence[SFTExample]) -> dict[str, Any]:
   return {"examples": len(examples), "kinds": kinds, "trained_tokens": int(sum(sum(e.loss_mask) for e in examples)),
           "tokens": int(sum(len(e.token_ids) for e in examples)),
           "max_len": max((len(e.token_ids) for e in examples), default=0)}
+
+
+def split_train(train: Sequence[Any], holdout: int) -> tuple[list[Any], list[Any]]:
+  """(SFT tasks, held-out tasks) of any domain: the last ``holdout`` train-split tasks are kept out of
+  SFT (the RL config's ``train.val_tasks`` should equal it: they are its validation split). The test
+  split is never read by a build. Raises ValueError unless ``0 <= holdout < len(train)``."""
+  if not 0 <= holdout < len(train):
+    raise ValueError(f"holdout: expected 0 <= holdout < {len(train)}, got {holdout}")
+  return list(train[:len(train) - holdout]), list(train[len(train) - holdout:])

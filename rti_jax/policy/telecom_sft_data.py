@@ -218,14 +218,6 @@ def corpus_texts(tasks: Sequence[TelecomTask], env: TelecomEnv) -> list[str]:
   return texts
 
 
-def split_train(train: Sequence[TelecomTask], holdout: int) -> tuple[list[TelecomTask], list[TelecomTask]]:
-  """(SFT tasks, held-out validation tasks): the last ``holdout`` train tasks are kept out of SFT
-  (the RL config's ``train.val_tasks`` should equal it)."""
-  if not 0 <= holdout < len(train):
-    raise ValueError(f"holdout: expected 0 <= holdout < {len(train)}, got {holdout}")
-  return list(train[:len(train) - holdout]), list(train[len(train) - holdout:])
-
-
 def first_device_step(messages: Sequence[Message]) -> str:
   """How an episode's first device step went: "mistake" (the agent called a user-device tool
   itself), "asked" (it asked the user to do something on the phone, by tool name or in words),
