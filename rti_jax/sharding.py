@@ -20,9 +20,10 @@ and an optax update.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Hashable, Mapping, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -268,11 +269,18 @@ class ShardedTrainStep:
 
 LogpFn = Callable[[jax.Array, jax.Array], jax.Array]
 
+#: Jitted (step, grads, apply) of ``make_train_step`` calls given a ``tx_key``, newest last: a second
+#: trainer of the same model, optimizer, mesh and loss (the next seed, an ablation variant) reuses the
+#: compiled programs instead of compiling every batch shape again.
+_STEP_CACHE: collections.OrderedDict[Hashable, tuple[Callable, Callable, Callable]] = collections.OrderedDict()
+_STEP_CACHE_SIZE = 8
+
 
 def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: Mesh,
                     loss_cfg: LossConfig, *, logp_fn: LogpFn = next_token_logprobs,
                     rules: Mapping[str, tuple[str, ...] | None] = LOGICAL_AXIS_RULES,
-                    micro_batches: int = 1, donate: bool = False) -> ShardedTrainStep:
+                    micro_batches: int = 1, donate: bool = False,
+                    tx_key: Hashable | None = None) -> ShardedTrainStep:
   """Builds the sharded train step for any NNX model with ``logits = model(input_ids, attention_mask)``.
 
   model: an NNX module returning logits [B, T, V]; tx: optax transformation; mesh: from
@@ -283,6 +291,9 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
   and sums the loss numerators, denominators and numerator gradients; the loss and gradients
   then equal the full-batch ones exactly (up to float summation order). Metrics are the mean
   over micro-batches. donate: donate the input state buffers to the step.
+  tx_key: a hashable description of ``tx`` (e.g. its name and hyperparameters); given, the jitted
+  functions (and so their compiled programs) are shared with earlier calls of the same model graph,
+  mesh, loss, ``tx_key`` and options. Two different ``tx`` must never be given the same key.
   Gradients take each parameter's dtype, so a step returns a state of the same dtypes (bf16
   parameters keep bf16 moments; keep fp32 parameters for fp32 master weights).
   Parameters and optimizer moments are sharded by ``param_shardings``; the batch dimension by
@@ -305,6 +316,29 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
   b_sh = batch_sharding(mesh, rules=rules)
   logits_sh = NamedSharding(mesh, logical_to_spec(("batch", "seq", "act_vocab"), mesh=mesh,
                                                   rules=rules))
+  key = None if tx_key is None else (tx_key, graphdef, mesh, loss_cfg, logp_fn, micro_batches, donate,
+                                     tuple(sorted(rules.items())))
+  if key is not None and key in _STEP_CACHE:
+    _STEP_CACHE.move_to_end(key)
+    jitted, jit_grads, jit_apply = _STEP_CACHE[key]
+  else:
+    jitted, jit_grads, jit_apply = _jit_step_functions(graphdef, tx, mesh, loss_cfg, logp_fn, micro_batches, donate,
+                                                       state_sh, b_sh, logits_sh, p_sh, replicated)
+    if key is not None:
+      _STEP_CACHE[key] = (jitted, jit_grads, jit_apply)
+      while len(_STEP_CACHE) > _STEP_CACHE_SIZE:
+        _STEP_CACHE.popitem(last=False)
+  return ShardedTrainStep(step=jitted, state=TrainState(params, rest, opt_state),
+                          graphdef=graphdef, mesh=mesh, state_shardings=state_sh,
+                          batch_sharding=b_sh, fallbacks=tuple(fallbacks), micro_batches=micro_batches,
+                          grads=jit_grads, apply=jit_apply)
+
+
+def _jit_step_functions(graphdef: Any, tx: optax.GradientTransformation, mesh: Mesh, loss_cfg: LossConfig,
+                        logp_fn: LogpFn, micro_batches: int, donate: bool, state_sh: TrainState,
+                        b_sh: NamedSharding, logits_sh: NamedSharding, p_sh: Any, replicated: NamedSharding,
+                        ) -> tuple[Callable, Callable, Callable]:
+  """The jitted ``step``, ``grads`` and ``apply`` of ``make_train_step`` (see there)."""
   parts_of = get_loss(loss_cfg.name)
   k = micro_batches
 
@@ -369,7 +403,4 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
                       out_shardings=(p_sh, replicated, replicated, replicated))
   jit_apply = jax.jit(apply, in_shardings=(state_sh, p_sh, replicated, replicated), out_shardings=out_sh,
                       donate_argnums=(0,) if donate else ())
-  return ShardedTrainStep(step=jitted, state=TrainState(params, rest, opt_state),
-                          graphdef=graphdef, mesh=mesh, state_shardings=state_sh,
-                          batch_sharding=b_sh, fallbacks=tuple(fallbacks), micro_batches=k,
-                          grads=jit_grads, apply=jit_apply)
+  return jitted, jit_grads, jit_apply

@@ -204,11 +204,16 @@ class Trainer:
         gspo_clip_low=cfg.baselines.gspo_clip_low, gspo_clip_high=cfg.baselines.gspo_clip_high,
         luffy_gamma=cfg.baselines.luffy_gamma, opd_coef=cfg.baselines.opd_coef, aepo_alpha=cfg.baselines.aepo_alpha,
     )
+    o = cfg.optim
     self.tx = optax.chain(
-        optax.clip_by_global_norm(cfg.optim.max_grad_norm),
-        optax.adamw(cfg.optim.lr, b1=cfg.optim.b1, b2=cfg.optim.b2, weight_decay=cfg.optim.weight_decay),
+        optax.clip_by_global_norm(o.max_grad_norm),
+        optax.adamw(o.lr, b1=o.b1, b2=o.b2, weight_decay=o.weight_decay),
     )
-    self.train_step: ShardedTrainStep = make_train_step(self.model, self.tx, self.mesh, self.loss_config)
+    # tx_key: trainers with the same optimizer, model, mesh and loss (the next seed, an ablation variant)
+    # share the compiled update programs.
+    self.train_step: ShardedTrainStep = make_train_step(
+        self.model, self.tx, self.mesh, self.loss_config,
+        tx_key=("clip_by_global_norm+adamw", o.max_grad_norm, o.lr, o.b1, o.b2, o.weight_decay))
     self.state: TrainState = self.train_step.state
     self.ref_params = self.state.params if cfg.loss.beta > 0 else None
     # --- baselines (rti_jax/baselines.py): AEPO's entropy, OPD's teacher, LUFFY's demonstrator ---

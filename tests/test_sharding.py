@@ -219,6 +219,32 @@ def test_bf16_step_keeps_state_dtypes_and_compiles_once(micro_batches: int) -> N
   assert np.isfinite(float(out.loss))
 
 
+def test_tx_key_shares_compiled_steps_across_trainers() -> None:
+  """Same model graph, mesh, loss and ``tx_key``: the second call reuses the first call's jitted step (no new
+  compile) and, from its own initial state, gives exactly the step of an unshared build. A different
+  loss or key gets its own functions."""
+  mesh = S.make_mesh(1, 1, 1, devices=jax.devices()[:1])
+  batch = _batch()
+  key = ("adam", 1e-2)
+  first = S.make_train_step(_TinyLM(nnx.Rngs(3)), optax.adam(1e-2), mesh, LossConfig(name="rti"), tx_key=key)
+  first.step(first.state, first.shard_batch(batch))
+  compiled = first.step._cache_size()
+  second = S.make_train_step(_TinyLM(nnx.Rngs(4)), optax.adam(1e-2), mesh, LossConfig(name="rti"), tx_key=key)
+  assert second.step is first.step and second.grads is first.grads and second.apply is first.apply
+  shared_state, shared = second.step(second.state, second.shard_batch(batch))
+  assert first.step._cache_size() == compiled
+  alone = S.make_train_step(_TinyLM(nnx.Rngs(4)), optax.adam(1e-2), mesh, LossConfig(name="rti"))
+  assert alone.step is not first.step
+  alone_state, want = alone.step(alone.state, alone.shard_batch(batch))
+  assert float(shared.loss) == float(want.loss)
+  for a, b in zip(jax.tree.leaves(shared_state.params), jax.tree.leaves(alone_state.params)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  other_loss = S.make_train_step(_TinyLM(nnx.Rngs(4)), optax.adam(1e-2), mesh, LossConfig(name="grpo"), tx_key=key)
+  other_key = S.make_train_step(_TinyLM(nnx.Rngs(4)), optax.adam(1e-3), mesh, LossConfig(name="rti"),
+                                tx_key=("adam", 1e-3))
+  assert other_loss.step is not first.step and other_key.step is not first.step
+
+
 def test_micro_batches_must_divide_the_batch() -> None:
   with pytest.raises(ValueError, match="micro_batches"):
     S.make_train_step(_TinyLM(nnx.Rngs(0)), optax.sgd(0.1), S.make_mesh(1, 1, 1, devices=jax.devices()[:1]),
