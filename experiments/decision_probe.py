@@ -53,7 +53,7 @@ QUICK = [*nav_exp.QUICK, "train.eval_samples=2"]
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
-  p = nav_exp.common_parser("run.py --exp=decision_probe", __doc__, "runs/<name>-probe-<time>")
+  p = nav_exp.common_parser("run.py --exp=decision_probe", __doc__, "runs/<name>-probe-<time>", reuse=False)
   return nav_exp.split_overrides(p, argv)
 
 

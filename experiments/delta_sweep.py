@@ -173,7 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   overrides, out = prepared
   base = load_config(args.config, overrides)
   variants = sweep_variants(args.deltas, with_grpo=not args.no_grpo)
-  results = nav_exp.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress)
+  results = nav_exp.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
+                        reuse=args.reuse)
   key = pass_key(base.train.eval_samples)
   cols, rows = sweep_rows(results, key)
   tables = [reporting.print_table(f"Delta sweep, held-out test split ({len(args.seeds)} seed(s); % and counts "

@@ -16,7 +16,9 @@ checkpoint, stops nothing and tunes nothing.
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
+import shutil
 import sys
 import time
 from typing import Any, Callable, Sequence
@@ -34,7 +36,7 @@ QUICK = [
 METHODS = ("grpo", "rti")
 
 
-def common_parser(prog: str, description: str | None, default_out: str) -> argparse.ArgumentParser:
+def common_parser(prog: str, description: str | None, default_out: str, reuse: bool = True) -> argparse.ArgumentParser:
   """The options every Navigation experiment shares (each adds its own)."""
   p = argparse.ArgumentParser(prog=prog, description=description,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -43,6 +45,10 @@ def common_parser(prog: str, description: str | None, default_out: str) -> argpa
   p.add_argument("--quick", action="store_true", help="a small smoke profile (CI)")
   p.add_argument("--out", default=None, help=f"run directory (default: {default_out})")
   p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+  if reuse:  # experiments that train through ``run``
+    p.add_argument("--reuse", nargs="+", default=[], metavar="DIR",
+                   help="earlier run directories: a training whose resolved config (seed included) equals one "
+                        "finished there is taken from there instead of run again (checked: same base evaluation)")
   p.add_argument("overrides", nargs="*", help="config overrides key=value (anywhere on the line)")
   return p
 
@@ -79,13 +85,20 @@ def split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str] | None
 
 
 def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants: dict[str, Sequence[str]],
-        out: pathlib.Path, progress: bool = True, source: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+        out: pathlib.Path, progress: bool = True, source: Callable[[Any], Any] | None = None,
+        reuse: Sequence[str | pathlib.Path] = ()) -> dict[str, Any]:
   """Trains each variant from the same base policy, budget and seed; evaluates base and every variant.
 
   variants: label -> extra config overrides (e.g. ``{"grpo": ["loss.method=grpo"], "rti": [...]}``).
   source: cfg -> the ``TaskSource`` to train and evaluate on (None: the trainer's own, from ``env.name``).
+  reuse: earlier run directories (see ``reusable_runs``): a variant whose resolved config (seed
+    included) equals a training finished there is taken from there (its evaluation, per-iteration
+    metrics and training time; ``metrics.jsonl`` is copied). The base policy is still evaluated here,
+    and must give exactly the base evaluation stored with the reused run (else ValueError: the run
+    was made by other code, data or policy).
   Returns the results dict: ``runs[seed][label]`` is the final held-out evaluation,
-  ``runs[seed][label + "_records"]`` the per-iteration metrics.
+  ``runs[seed][label + "_records"]`` the per-iteration metrics, ``runs[seed]["reused"]`` label ->
+  the directory a reused training came from.
   """
   from rti_jax.trainer import Trainer
 
@@ -93,12 +106,23 @@ def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants:
                              "runs": {}}
   base_cfg = load_config(cfg_name, list(overrides))
   (out / "config.yaml").write_text(to_yaml(base_cfg))
+  done = reusable_runs(reuse)
   t_all = time.perf_counter()
   for seed in seeds:
     per_seed: dict[str, Any] = {}
-    for label, extra in variants.items():
-      cfg = load_config(cfg_name, [*overrides, *extra, f"train.seed={seed}"])
+    reused: dict[str, dict[str, Any]] = {}
+    cfgs = {label: load_config(cfg_name, [*overrides, *extra, f"train.seed={seed}"]) for label, extra in variants.items()}
+    for label, cfg in cfgs.items():
       run_dir = out / f"seed{seed}" / label
+      hit = done.get(to_yaml(cfg))
+      if hit is not None:
+        reused[label] = hit
+        per_seed[label], per_seed[f"{label}_records"] = hit["eval"], hit["records"]
+        per_seed[f"{label}_train_s"] = hit["train_s"]
+        run_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(hit["metrics"], run_dir / "metrics.jsonl")
+        (run_dir / "REUSED_FROM").write_text(f"{hit['dir']}\n")
+        continue
       trainer = Trainer(cfg, run_dir, source=None if source is None else source(cfg), progress=progress)
       test = trainer.source.test
       if "base" not in per_seed:  # the base policy, evaluated once per seed with the same sampler
@@ -109,9 +133,45 @@ def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants:
       per_seed[label] = trainer.evaluate(test, cfg.train.eval_samples, seed=10_000 + seed, desc=f"eval {label}")
       per_seed[f"{label}_records"] = records
       trainer.export(run_dir / "policy")
+    if "base" not in per_seed:  # every variant was reused: evaluate the base policy for the check
+      cfg = next(iter(cfgs.values()))
+      trainer = Trainer(cfg, out / f"seed{seed}" / "base", source=None if source is None else source(cfg),
+                        progress=progress)
+      per_seed["base"] = trainer.evaluate(trainer.source.test, cfg.train.eval_samples, seed=10_000 + seed,
+                                          desc="eval base")
+    for label, hit in reused.items():
+      if hit["base"] != per_seed["base"]["successes"]:
+        raise ValueError(f"--reuse {hit['dir']}: its base evaluation of seed {seed} differs from this run's, so "
+                         f"its {label!r} training was made by other code, data or policy; run without --reuse")
+    if reused:
+      per_seed["reused"] = {label: hit["dir"] for label, hit in reused.items()}
     results["runs"][str(seed)] = per_seed
   results["wall_s"] = time.perf_counter() - t_all
   return results
+
+
+def reusable_runs(dirs: Sequence[str | pathlib.Path]) -> dict[str, dict[str, Any]]:
+  """Finished trainings of earlier run directories, keyed by their resolved config (``to_yaml``, seed
+  included): each maps to ``{"eval", "records", "train_s", "metrics", "base", "dir"}`` (``base``: the
+  base policy's per-task successes of that seed). A directory without ``results.json`` (a run that did
+  not finish) raises ValueError; the first directory wins when two hold the same training."""
+  found: dict[str, dict[str, Any]] = {}
+  for d in map(pathlib.Path, dirs):
+    path = d / "results.json"
+    if not path.exists():
+      raise ValueError(f"--reuse {d}: no results.json (not a finished run directory)")
+    stored = json.loads(path.read_text())
+    for seed, per_seed in stored.get("runs", {}).items():
+      for label, extra in stored.get("variants", {}).items():
+        metrics = d / f"seed{seed}" / label / "metrics.jsonl"
+        if label not in per_seed or "base" not in per_seed or not metrics.exists():
+          continue
+        cfg = load_config(str(d / "config.yaml"), [*extra, f"train.seed={seed}"])
+        found.setdefault(to_yaml(cfg), {
+            "eval": per_seed[label], "records": reporting.read_jsonl(metrics),
+            "train_s": per_seed.get(f"{label}_train_s"), "metrics": metrics,
+            "base": per_seed["base"]["successes"], "dir": str(d)})
+  return found
 
 
 def write_results(results: dict[str, Any], out: pathlib.Path, tables: Sequence[str]) -> None:
@@ -244,7 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
   overrides, out = prepared
   variants = {m: [f"loss.method={m}"] for m in args.methods}
-  results = run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress)
+  results = run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
+                reuse=args.reuse)
   cols, rows = summary_rows(results)
   table = reporting.print_table(f"Navigation, held-out test split ({len(args.seeds)} seed(s), %)", cols, rows)
   scols, srows = seed_rows(results)

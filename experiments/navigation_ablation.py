@@ -98,7 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
   overrides, out = prepared
   variants = {v: VARIANTS[v] for v in args.variants}
-  results = nav_exp.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress)
+  results = nav_exp.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
+                        reuse=args.reuse)
   cols, rows = table3_rows(results)
   title = f"Navigation ablation, held-out test split ({len(args.seeds)} seed(s), %; Table 3 layout)"
   table = reporting.print_table(title, cols, rows)

@@ -127,7 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   if not variants:
     print("no method left to train", file=sys.stderr)
     return 2
-  results = nav_exp.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress)
+  results = nav_exp.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
+                        reuse=args.reuse)
   results["skipped"] = skipped
   cols, rows = table1_rows(results, skipped)
   table = reporting.print_table(f"Navigation baselines, held-out test split ({len(args.seeds)} seed(s), %; "

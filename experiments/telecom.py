@@ -73,7 +73,8 @@ def make_source(cfg: Any, test_tasks: int | None) -> Any:
 
 
 def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], methods: Sequence[str], out: pathlib.Path,
-        test_tasks: int | None = None, progress: bool = True) -> dict[str, Any]:
+        test_tasks: int | None = None, progress: bool = True, reuse: Sequence[str | pathlib.Path] = ()
+        ) -> dict[str, Any]:
   """Trains each method from the same base policy, budget and seed; evaluates base and each
   on the test split (``navigation.run`` with the Telecom source). ``runs[seed][method]`` is the
   final evaluation, ``runs[seed][method + "_records"]`` the per-iteration metrics (the layout
@@ -83,7 +84,7 @@ def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], methods: 
     raise SystemExit(f"--config {cfg_name}: expected env.name telecom, got {base_cfg.env.name!r}")
   variants = {m: [f"loss.method={m}"] for m in methods}
   return navigation.run(cfg_name, overrides, seeds, variants, out, progress=progress,
-                        source=lambda cfg: make_source(cfg, test_tasks))
+                        source=lambda cfg: make_source(cfg, test_tasks), reuse=reuse)
 
 
 def summary_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
@@ -131,7 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"python experiments/run.py --exp=telecom_sft --policy-dir {path}", file=sys.stderr)
     return 2
   test_tasks = args.test_tasks if args.test_tasks is not None else (QUICK_TEST_TASKS if args.quick else None)
-  results = run(args.config, overrides, args.seeds, args.methods, out, test_tasks, progress=not args.no_progress)
+  results = run(args.config, overrides, args.seeds, args.methods, out, test_tasks, progress=not args.no_progress,
+                reuse=args.reuse)
   cols, rows = summary_rows(results)
   n_test = next(iter(results["runs"].values()))["base"]["num_tasks"]
   tables = [reporting.print_table(f"Telecom, test split ({n_test} tasks, {len(args.seeds)} seed(s), %)", cols, rows)]

@@ -177,9 +177,16 @@ def _results(out) -> dict:
   return json.loads((out / "results.json").read_text())
 
 
-def test_ablation_quick_writes_table3(nav_policies, tmp_path, capsys):
-  out = tmp_path / "ablation"
+@pytest.fixture(scope="module")
+def ablation_out(nav_policies, tmp_path_factory):
+  """A quick ablation run's directory (shared by the Table 3 and ``--reuse`` tests)."""
+  out = tmp_path_factory.mktemp("ablation")
   assert navigation_ablation.main(["--quick", "--no-progress", "--out", str(out), *_tiny(nav_policies["policy"])]) == 0
+  return out
+
+
+def test_ablation_quick_writes_table3(ablation_out):
+  out = ablation_out
   res = _results(out)
   names = [r[0] for r in res["table"]["rows"]]
   assert names == ["Base policy", "GRPO", "RTI w/o Post-Check", "RTI w/o PPL Gating", "RTI w/o Reweight", "RTI"]
@@ -187,9 +194,40 @@ def test_ablation_quick_writes_table3(nav_policies, tmp_path, capsys):
   for row in res["table"]["rows"]:  # 2 samples per task: pass@1,2 and pass^1,2 are measured, k = 3, 4 are not
     assert all(0 <= x <= 100 for x in row[1:3] + row[5:7]) and row[3:5] == ["nan", "nan"]  # JSON's nan
   runs = res["runs"]["0"]
-  assert (out / "ablation.png").stat().st_size > 0 and (out / "table.md").exists()
-  assert "RTI w/o PPL Gating" in capsys.readouterr().out
+  assert (out / "ablation.png").stat().st_size > 0
+  assert "RTI w/o PPL Gating" in (out / "table.md").read_text()
   assert set(runs) >= {"base", "grpo", "rti", "rti_no_postcheck", "rti_no_ppl_gate", "rti_no_reweight"}
+  assert "reused" not in runs
+
+
+def test_reuse_takes_equal_trainings_from_earlier_runs_and_checks_the_base(ablation_out, nav_policies, tmp_path):
+  """The delta sweep's GRPO and delta = inf are the ablation's GRPO and w/o PPL Gating (same resolved config and
+  seed): with ``--reuse`` they are taken from there; delta = 3 is trained. A reused run whose stored base
+  evaluation differs from this run's is refused."""
+  out = tmp_path / "delta"
+  argv = ["--quick", "--no-progress", "--out", str(out), "--deltas", "3", "inf", "--reuse", str(ablation_out),
+          *_tiny(nav_policies["policy"])]
+  assert delta_sweep.main(argv) == 0
+  res, old = _results(out), _results(ablation_out)
+  runs, old_runs = res["runs"]["0"], old["runs"]["0"]
+  assert runs["reused"] == {"grpo": str(ablation_out), "delta_inf": str(ablation_out)}
+  assert runs["grpo"] == old_runs["grpo"] and runs["delta_inf"] == old_runs["rti_no_ppl_gate"]
+  assert runs["base"] == old_runs["base"] and runs["delta_3"]["num_tasks"] == runs["base"]["num_tasks"]
+  assert (out / "seed0" / "grpo" / "metrics.jsonl").read_text() == \
+      (ablation_out / "seed0" / "grpo" / "metrics.jsonl").read_text()
+  assert (out / "seed0" / "grpo" / "REUSED_FROM").read_text().strip() == str(ablation_out)
+  assert not (out / "seed0" / "delta_3" / "REUSED_FROM").exists()
+  # Other code, data or policy behind the stored runs: the base evaluations differ, so nothing is reused.
+  tampered = tmp_path / "tampered"
+  shutil.copytree(ablation_out, tampered)
+  old_runs["base"]["successes"] = [[1 - x for x in row] for row in old_runs["base"]["successes"]]
+  (tampered / "results.json").write_text(json.dumps(old))
+  with pytest.raises(ValueError, match="base evaluation of seed 0 differs"):
+    delta_sweep.main(["--quick", "--no-progress", "--out", str(tmp_path / "delta2"), "--deltas", "inf",
+                      "--reuse", str(tampered), *_tiny(nav_policies["policy"])])
+  with pytest.raises(ValueError, match="no results.json"):
+    delta_sweep.main(["--quick", "--no-progress", "--out", str(tmp_path / "x"), "--reuse", str(tmp_path / "none"),
+                      *_tiny(nav_policies["policy"])])
 
 
 def test_delta_sweep_quick_writes_fig3_and_checks_delta0(nav_policies, tmp_path):
