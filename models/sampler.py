@@ -39,12 +39,12 @@ def bucket(n: int, minimum: int = 1) -> int:
 
 
 def length_bucket(n: int, minimum: int = _MIN_LEN_BUCKET) -> int:
-  """The padded length for ``n`` tokens: a power of two, or from 64 on also 1.5x a power of two
-  (..., 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, ...).
+  """The padded length for ``n`` tokens (at least ``minimum``): the smallest of 16, 32, 64, 96, 128,
+  192, 256, 384, 512, 768, 1024, 1536, ... (powers of two, and from 96 on also 1.5x a power of two).
 
-  The prefill's attention is quadratic in the padded length, so the 1.5x steps save up to
-  ~45% of it (a 530-token prompt pads to 768 instead of 1024) for about twice as many shapes to
-  compile; ``benchmarks/bench_rollout.py``.
+  The prefill's attention is quadratic in the padded length: a 530-token prompt pads to 768
+  instead of 1024. Warm, a Navigation evaluation ran 22% faster; a whole default run did not, as
+  the extra shapes compile (docs/benchmarks.md, twelfth session).
   """
   p = bucket(n, minimum)
   three_quarters = p // 4 * 3
