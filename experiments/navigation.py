@@ -297,6 +297,24 @@ def plot(results: dict[str, Any], out: pathlib.Path) -> list[str]:
   return written
 
 
+def report(results: dict[str, Any], out: pathlib.Path, table: str, cols: Sequence[str], rows: Sequence[Any],
+           val: tuple[list[str], list[list[Any]]], val_title: str) -> None:
+  """After the main table (already printed): the per-seed and validation tables, results.json,
+  table.md, the plots, and the run directory and wall time on stdout."""
+  scols, srows = seed_rows(results)
+  tables = [table, reporting.print_table("Per seed (p@1, %)", scols, srows)]
+  vcols, vrows = val
+  if vrows:
+    tables.append(reporting.print_table(val_title, vcols, vrows))
+    results["validation"] = {"columns": vcols, "rows": vrows}
+  results["table"] = {"columns": list(cols), "rows": list(rows)}
+  results["per_seed"] = {"columns": scols, "rows": srows}
+  write_results(results, out, tables)
+  pngs = plot(results, out)
+  print(f"run dir: {out}  (results.json, table.md, {', '.join(pngs)}, seed*/<method>/metrics.jsonl)")
+  print(f"wall time: {results['wall_s'] / 60:.1f} min")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   args, unknown = parse_args(argv)
   prepared = prepare_run(args, unknown, QUICK)
@@ -308,19 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 reuse=args.reuse)
   cols, rows = summary_rows(results)
   table = reporting.print_table(f"Navigation, held-out test split ({len(args.seeds)} seed(s), %)", cols, rows)
-  scols, srows = seed_rows(results)
-  seed_table = reporting.print_table("Per seed (p@1, %)", scols, srows)
-  tables = [table, seed_table]
-  vcols, vrows = val_rows(results)
-  if vrows:
-    tables.append(reporting.print_table("Last periodic evaluation (validation split if train.val_tasks > 0; %)", vcols, vrows))
-    results["validation"] = {"columns": vcols, "rows": vrows}
-  results["table"] = {"columns": cols, "rows": rows}
-  results["per_seed"] = {"columns": scols, "rows": srows}
-  write_results(results, out, tables)
-  pngs = plot(results, out)
-  print(f"run dir: {out}  (results.json, table.md, {', '.join(pngs)}, seed*/<method>/metrics.jsonl)")
-  print(f"wall time: {results['wall_s'] / 60:.1f} min")
+  report(results, out, table, cols, rows, val_rows(results),
+         "Last periodic evaluation (validation split if train.val_tasks > 0; %)")
   return 0
 
 

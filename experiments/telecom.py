@@ -136,19 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 reuse=args.reuse)
   cols, rows = summary_rows(results)
   n_test = next(iter(results["runs"].values()))["base"]["num_tasks"]
-  tables = [reporting.print_table(f"Telecom, test split ({n_test} tasks, {len(args.seeds)} seed(s), %)", cols, rows)]
-  scols, srows = navigation.seed_rows(results)
-  tables.append(reporting.print_table("Per seed (p@1, %)", scols, srows))
-  vcols, vrows = val_rows(results)
-  if vrows:
-    tables.append(reporting.print_table("Last periodic evaluation (validation split; %)", vcols, vrows))
-    results["validation"] = {"columns": vcols, "rows": vrows}
-  results["table"] = {"columns": cols, "rows": rows}
-  results["per_seed"] = {"columns": scols, "rows": srows}
-  navigation.write_results(results, out, tables)
-  pngs = navigation.plot(results, out)
-  print(f"run dir: {out}  (results.json, table.md, {', '.join(pngs)}, seed*/<method>/metrics.jsonl)")
-  print(f"wall time: {results['wall_s'] / 60:.1f} min")
+  table = reporting.print_table(f"Telecom, test split ({n_test} tasks, {len(args.seeds)} seed(s), %)", cols, rows)
+  navigation.report(results, out, table, cols, rows, val_rows(results), "Last periodic evaluation (validation split; %)")
   return 0
 
 
