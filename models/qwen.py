@@ -94,7 +94,8 @@ class Attention(nnx.Module):
                ) -> tuple[jax.Array, LayerCache | None]:
     """x: [B, T, E]; positions: [B, T]; mask: [B, T, S] bool (S = T, or the cache length).
 
-    With a cache, this step's k/v are written at slots ``cache_index .. cache_index+T`` and
+    With a cache, this step's k/v are written at slots ``cache_index .. cache_index+T`` (a
+    scalar, or ``[B]``: one start slot per row, which must leave room for T slots) and
     attention runs over all S cache slots (``mask`` says which are visible). causal: promises
     that ``mask`` hides every key after its query (as ``causal_padding_mask`` does; for a cache
     prefill, also the empty slots after the prompt), so an uncached pass or a prefill at cache
@@ -112,9 +113,14 @@ class Attention(nnx.Module):
     k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
     new_cache = None
     if cache is not None:
-      start = (0, 0, cache_index, 0)
-      k = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), start)
-      v = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), start)
+      if jnp.ndim(cache_index) == 1:  # per-row slots [B] (models.sampler's prefix-cache path)
+        write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(c, u, (0, i, 0)))
+        k = write(cache.k, k.astype(cache.k.dtype), cache_index)
+        v = write(cache.v, v.astype(cache.v.dtype), cache_index)
+      else:
+        start = (0, 0, cache_index, 0)
+        k = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), start)
+        v = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), start)
       new_cache = LayerCache(k, v)
     groups = self.num_heads // self.num_kv_heads
     q = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim).transpose(0, 2, 3, 1, 4)

@@ -26,10 +26,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from models.qwen import Qwen, causal_padding_mask, positions_from_mask
+from models.prefix_cache import PrefixCache
+from models.qwen import LayerCache, Qwen, causal_padding_mask, positions_from_mask
 
 _MIN_LEN_BUCKET = 16
 _SCORE_CHUNK = 512  # time steps whose [B, chunk, V] logits are materialised at once
+_MIN_SHARED_PREFIX = 32  # prompts of one call that miss the prefix cache and share >= this many ids share a prefill
 
 
 def bucket(n: int, minimum: int = 1) -> int:
@@ -161,6 +163,69 @@ def _generate_jit(graphdef: nnx.GraphDef, state: nnx.State, prompt_ids: jax.Arra
   return toks, lps, slps, n_gen, stopped
 
 
+@functools.partial(jax.jit, static_argnames=("graphdef", "num_new"), donate_argnames=("cache",))
+def _generate_cached_jit(graphdef: nnx.GraphDef, state: nnx.State, cache: list[LayerCache], ids: jax.Array,
+                         n_in: jax.Array, start: jax.Array, row_valid: jax.Array, key: jax.Array,
+                         max_new_tokens: jax.Array, temperature: jax.Array, top_k: jax.Array, top_p: jax.Array,
+                         stop_ids: jax.Array, pad_id: jax.Array, num_new: int):
+  """The prefix-cache path: no padding inside a row, slot = position.
+
+  cache: per layer k, v ``[B, Kv, S, D]`` whose slots ``[0, start_i)`` hold row i's stored prefix;
+  ids: ``[B, R]`` the rest of each prompt, right-padded (``n_in[i]`` real ids, >= 1 for valid rows).
+  The rest is prefilled at slots ``start_i ..`` (pad ids write slots the decode overwrites before
+  any query sees them), then the decode writes slot ``start_i + n_in_i + step``. Returns what
+  :func:`_generate_jit` returns and the cache, whose slots ``[0, start_i + n_in_i + n_gen_i)``
+  hold the prompt and every generated id (each sampled id is fed before the loop ends).
+  """
+  model = nnx.merge(graphdef, state)
+  b, r = ids.shape
+  slots = jnp.arange(cache[0].k.shape[2])
+  positions = start[:, None] + jnp.arange(r)[None, :]
+  h, cache = model.forward(ids, positions, slots[None, None, :] <= positions[:, :, None], cache, start)
+  last = jnp.clip(n_in - 1, 0, r - 1)
+  logits = model.logits(h[jnp.arange(b), last])
+  lengths = start + n_in  # next slot per row
+
+  def cond(carry):
+    step, _, _, _, done, *_ = carry
+    return (step < max_new_tokens) & ~jnp.all(done)
+
+  def body(carry):
+    step, logits, cache, key, done, toks, lps, slps, n_gen, stopped = carry
+    key, sub = jax.random.split(key)
+    tok, lp, slp = sample_step(logits, sub, temperature, top_k, top_p)
+    tok = jnp.where(done, pad_id, tok)
+    toks = toks.at[:, step].set(tok)
+    lps = lps.at[:, step].set(jnp.where(done, 0.0, lp))
+    slps = slps.at[:, step].set(jnp.where(done, 0.0, slp))
+    n_gen = n_gen + (~done).astype(jnp.int32)
+    hit = jnp.any(tok[:, None] == stop_ids[None, :], axis=-1) & ~done
+    stopped = stopped | hit
+    done = done | hit
+    pos = lengths + step
+    h, cache = model.forward(tok[:, None], pos[:, None], slots[None, None, :] <= pos[:, None, None], cache, pos)
+    return (step + 1, model.logits(h[:, 0]), cache, key, done, toks, lps, slps, n_gen, stopped)
+
+  zeros = jnp.zeros((b, num_new), jnp.float32)
+  carry = (jnp.int32(0), logits, cache, key, ~row_valid,
+           jnp.full((b, num_new), pad_id, jnp.int32), zeros, zeros,
+           jnp.zeros((b,), jnp.int32), jnp.zeros((b,), bool))
+  carry = jax.lax.while_loop(cond, body, carry)
+  _, _, cache, _, _, toks, lps, slps, n_gen, stopped = carry
+  return toks, lps, slps, n_gen, stopped, cache
+
+
+def _common_prefix_len(rows: Sequence[np.ndarray]) -> int:
+  """Length of the longest common prefix of ``rows``."""
+  n = min(len(r) for r in rows)
+  first = rows[0][:n]
+  for r in rows[1:]:
+    diff = np.flatnonzero(r[:n] != first)
+    n = int(diff[0]) if diff.size else n
+    first = first[:n]
+  return n
+
+
 def next_token_logprobs(model: Qwen, input_ids: jax.Array, attention_mask: jax.Array,
                         chunk: int = _SCORE_CHUNK) -> jax.Array:
   """logp: [B, T] fp32 with logp[:, t] = log pi(input_ids[:, t+1] | input_ids[:, :t+1]); last column 0.
@@ -225,14 +290,26 @@ class Sampler:
     exceed this is run in consecutive sub-batches (each a power of two of rows), so a large
     group of long episodes does not run the host out of memory. A sub-batch ``i`` of
     ``generate`` samples with ``jax.random.fold_in(key, i)``; below the limit nothing changes.
+  prefix_cache_bytes: > 0 keeps the KV of every generated row (prompt and sampled ids) in a
+    :class:`~models.prefix_cache.PrefixCache` of this size, and ``generate`` prefills only what
+    follows a prompt's longest stored prefix: a multi-turn episode's next turn prefills the
+    environment's reply instead of the whole conversation. Prompts of one call that miss and share
+    a prefix (the system prompt) prefill it once. Each row then has its own slots, no padding; its
+    logits equal the default path's up to float rounding, so a seed may sample other ids than
+    with 0 (the default: no store, every prompt prefilled whole). ``sync_weights`` clears it.
   """
 
-  def __init__(self, model: Qwen, *, max_cache_len: int | None = None, max_attention_bytes: int = 1 << 30):
+  def __init__(self, model: Qwen, *, max_cache_len: int | None = None, max_attention_bytes: int = 1 << 30,
+               prefix_cache_bytes: int = 0):
     self.config = model.config
     self.max_cache_len = int(max_cache_len or model.config.max_position_embeddings)
     if int(max_attention_bytes) < 1:
       raise ValueError(f"max_attention_bytes: expected >= 1, got {max_attention_bytes}")
+    if int(prefix_cache_bytes) < 0:
+      raise ValueError(f"prefix_cache_bytes: expected >= 0, got {prefix_cache_bytes}")
     self.max_attention_bytes = int(max_attention_bytes)
+    self.prefix_cache = PrefixCache(prefix_cache_bytes, self.max_cache_len) if prefix_cache_bytes else None
+    self.cache_dtype = np.dtype(model.dtype)
     self.graphdef, self.state = nnx.split(model)
 
   def _rows_per_call(self, length: int, width: int) -> int:
@@ -247,6 +324,8 @@ class Sampler:
     if graphdef != self.graphdef:
       raise ValueError("model: expected the same architecture as the sampler's model, got a different graph")
     self.state = state
+    if self.prefix_cache is not None:
+      self.prefix_cache.clear()  # stored keys and values were computed with the old weights
 
   def generate(self, prompts: Sequence[Sequence[int]], *, key: jax.Array, max_new_tokens: int = 256,
                temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
@@ -277,6 +356,9 @@ class Sampler:
     stops = [int(s) for s in stop_token_ids]
     if any(not 0 <= s < self.config.vocab_size for s in stops):
       raise ValueError(f"stop_token_ids: expected ids in [0, {self.config.vocab_size}), got {stops}")
+    if self.prefix_cache is not None:
+      return self._generate_cached(rows, key, int(max_new_tokens), float(temperature), float(top_p), int(top_k),
+                                   stops, int(pad_id))
     b = len(rows)
     bb, pb, nb = bucket(b), length_bucket(longest), length_bucket(max_new_tokens)
     per_call = self._rows_per_call(pb, pb + nb)
@@ -301,6 +383,75 @@ class Sampler:
       jnp.int32(max_new_tokens), fill(temperature, jnp.float32), fill(top_k, jnp.int32),
       fill(top_p, jnp.float32), jnp.asarray(stop_arr), jnp.int32(pad_id), num_new=nb)
     toks, lps, slps, n_gen, stopped = jax.device_get((toks, lps, slps, n_gen, stopped))
+    return GenerateOutput(
+      tokens=[toks[i, :n_gen[i]] for i in range(b)],
+      logprobs=[lps[i, :n_gen[i]] for i in range(b)],
+      sampling_logprobs=[slps[i, :n_gen[i]] for i in range(b)],
+      finish_reasons=["stop" if stopped[i] else "length" for i in range(b)],
+    )
+
+  def _generate_cached(self, rows: list[np.ndarray], key: jax.Array, max_new_tokens: int, temperature: float,
+                       top_p: float, top_k: int, stops: list[int], pad_id: int) -> GenerateOutput:
+    """``generate`` with the prefix cache (checked arguments; see the class docstring)."""
+    cache = self.prefix_cache
+    hits = [cache.lookup(r) for r in rows]
+    groups: dict[bytes, list[np.ndarray]] = {}
+    for r, e in zip(rows, hits):
+      if e is None and len(r) > _MIN_SHARED_PREFIX:
+        groups.setdefault(r[:_MIN_SHARED_PREFIX].tobytes(), []).append(r)
+    shared = [g[0][:min(_common_prefix_len(g), min(len(r) for r in g) - 1)] for g in groups.values() if len(g) > 1]
+    shared = [p for p in shared if len(p) >= _MIN_SHARED_PREFIX]
+    if shared:  # prompts that missed and share a prefix: prefill it once, as a row of its own
+      self._cached_call(shared, [None] * len(shared), key, 1, 0.0, 1.0, 0, [], pad_id, keep_generated=False)
+      hits = [e if e is not None else cache.lookup(r) for r, e in zip(rows, hits)]
+    return self._cached_call(rows, hits, key, max_new_tokens, temperature, top_p, top_k, stops, pad_id)
+
+  def _cached_call(self, rows: list[np.ndarray], hits: list[Any], key: jax.Array, max_new_tokens: int,
+                   temperature: float, top_p: float, top_k: int, stops: list[int], pad_id: int,
+                   keep_generated: bool = True) -> GenerateOutput:
+    """One jitted call (or consecutive sub-batches) from the stored prefixes ``hits`` (None: no
+    prefix); stores each row's prompt (and, with ``keep_generated``, its generated ids) after it."""
+    b = len(rows)
+    starts = [0 if e is None else len(e.ids) for e in hits]
+    nb = length_bucket(max_new_tokens)
+    rb = length_bucket(max(len(r) - c for r, c in zip(rows, starts)))
+    width = length_bucket(max(max(starts) + rb, max(len(r) for r in rows) + nb))
+    per_call = self._rows_per_call(rb, width)
+    if b > per_call:
+      parts = [self._cached_call(rows[i:i + per_call], hits[i:i + per_call], jax.random.fold_in(key, j),
+                                 max_new_tokens, temperature, top_p, top_k, stops, pad_id, keep_generated)
+               for j, i in enumerate(range(0, b, per_call))]
+      return GenerateOutput(*(sum((getattr(o, f.name) for o in parts), [])
+                              for f in dataclasses.fields(GenerateOutput)))
+    c = self.config
+    bb = bucket(b)
+    ids = np.full((bb, rb), pad_id, np.int32)
+    n_in = np.zeros((bb,), np.int32)
+    start = np.zeros((bb,), np.int32)
+    layers = []
+    for layer in range(c.num_layers):
+      k = np.zeros((bb, c.num_kv_heads, width, c.head_dim), self.cache_dtype)
+      v = np.zeros_like(k)
+      for i, e in enumerate(hits):
+        if e is not None:
+          k[i, :, :starts[i]], v[i, :, :starts[i]] = e.kv[layer, 0], e.kv[layer, 1]
+      layers.append(LayerCache(jnp.asarray(k), jnp.asarray(v)))
+    for i, r in enumerate(rows):
+      start[i], n_in[i] = starts[i], len(r) - starts[i]
+      ids[i, :n_in[i]] = r[starts[i]:]
+    stop_arr = np.full((bucket(len(stops), 8),), -1, np.int32)
+    stop_arr[:len(stops)] = stops
+    fill = lambda v, dt: jnp.full((bb,), v, dt)
+    out = _generate_cached_jit(
+      self.graphdef, self.state, layers, jnp.asarray(ids), jnp.asarray(n_in), jnp.asarray(start),
+      jnp.asarray(np.arange(bb) < b), key, jnp.int32(max_new_tokens), fill(temperature, jnp.float32),
+      fill(top_k, jnp.int32), fill(top_p, jnp.float32), jnp.asarray(stop_arr), jnp.int32(pad_id), num_new=nb)
+    toks, lps, slps, n_gen, stopped, layers = jax.device_get(out)
+    for i, r in enumerate(rows):
+      n = int(n_gen[i]) if keep_generated else 0
+      fed = len(r) + n
+      self.prefix_cache.put(np.concatenate([r, toks[i, :n]]),
+                            np.stack([np.stack([lc.k[i, :, :fed], lc.v[i, :, :fed]]) for lc in layers]))
     return GenerateOutput(
       tokens=[toks[i, :n_gen[i]] for i in range(b)],
       logprobs=[lps[i, :n_gen[i]] for i in range(b)],

@@ -67,6 +67,10 @@ class RolloutConfig:
   top_k: int = 0
   max_new_tokens: int = 64  # per assistant turn
   max_context: int = 1024  # prompt + all turns
+  # > 0: the jax sampler keeps each row's KV (MiB in all) and the next turn prefills only what follows
+  # (models.sampler.Sampler prefix_cache_bytes; for long multi-turn episodes: Telecom). 0: every turn
+  # prefills the whole context (the Navigation runs' setting).
+  prefix_cache_mb: int = 0
   backend: str = "jax"  # jax (in-process sampler) | sglang (a server, over HTTP)
   sglang_url: Optional[str] = None  # e.g. http://127.0.0.1:30000 when backend = sglang
   weights_dir: Optional[str] = None  # where policy weights are written for the server to reload
@@ -228,6 +232,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     raise ConfigError(f"env.rl_exclude_listed: a Navigation option, got it with env.name={cfg.env.name!r}")
   if cfg.env.policy_text != "full" and cfg.env.name != "telecom":
     raise ConfigError(f"env.policy_text: a Telecom option, got {cfg.env.policy_text!r} with env.name={cfg.env.name!r}")
+  if cfg.rollout.prefix_cache_mb < 0:
+    raise ConfigError(f"rollout.prefix_cache_mb: expected an integer >= 0, got {cfg.rollout.prefix_cache_mb!r}")
   if cfg.rollout.backend == "sglang" and not cfg.rollout.sglang_url:
     raise ConfigError("rollout.sglang_url: required when rollout.backend=sglang (e.g. http://127.0.0.1:30000)")
   if cfg.rollout.group_size < 2:

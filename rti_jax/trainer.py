@@ -176,7 +176,8 @@ class Trainer:
       self.backend = SGLangHTTPBackend(cfg.rollout.sglang_url, weights_dir=cfg.rollout.weights_dir, save_fn=qwen_save_fn)
       self.backend.sync_weights(self.model)
     else:
-      self.backend = JaxBackend(self.model, max_cache_len=cfg.rollout.max_context, pad_id=self.pad_id)
+      self.backend = JaxBackend(self.model, max_cache_len=cfg.rollout.max_context, pad_id=self.pad_id,
+                                prefix_cache_bytes=cfg.rollout.prefix_cache_mb << 20)
     self.sampling = SamplingParams(
         max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
         top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,

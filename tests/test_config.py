@@ -35,6 +35,8 @@ def test_overrides_win_and_inf_delta_parses():
         ("mesh.data=0", "mesh.data"),
         ("train.val_tasks=-1", "train.val_tasks"),
         ("train.val_tasks=100000", "train.val_tasks"),
+        ("rollout.prefix_cache_mb=-1", "rollout.prefix_cache_mb"),
+        ("rollout.prefix_cache_mb=lots", "rollout.prefix_cache_mb"),
     ],
 )
 def test_bad_values_raise_naming_the_key(override, key):

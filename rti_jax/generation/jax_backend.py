@@ -22,10 +22,13 @@ class JaxBackend:
 
   model: a ``models.Qwen``. max_cache_len: the most tokens (prompt + new) one row may
   use (default: the model's ``max_position_embeddings``). pad_id: the padding id.
+  prefix_cache_bytes: > 0 keeps each row's KV so the next turn of an episode prefills only what
+  follows its stored prefix (``models.sampler.Sampler``); 0 (default): every prompt prefilled whole.
   """
 
-  def __init__(self, model: Any, *, max_cache_len: int | None = None, pad_id: int = 0) -> None:
-    self.sampler = Sampler(model, max_cache_len=max_cache_len)
+  def __init__(self, model: Any, *, max_cache_len: int | None = None, pad_id: int = 0,
+               prefix_cache_bytes: int = 0) -> None:
+    self.sampler = Sampler(model, max_cache_len=max_cache_len, prefix_cache_bytes=prefix_cache_bytes)
     self.pad_id = int(pad_id)
 
   def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int) -> list[Completion]:
