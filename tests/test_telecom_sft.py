@@ -16,7 +16,7 @@ import pytest
 from rti_jax.config import ConfigError, load_config
 from rti_jax.envs.telecom import TelecomEnv, load_split, run_episode
 from rti_jax.envs.telecom import device_tools as dt
-from rti_jax.envs.telecom.checklist_agent import DEVICE_REQUESTS, ChecklistAgent, device_step_of
+from rti_jax.envs.telecom.checklist_agent import DEVICE_GROUPS, DEVICE_REQUESTS, ChecklistAgent, device_step_of, group_request
 from rti_jax.envs.telecom.condensed import CONDENSED_POLICY, prompt_stats, required_names
 from rti_jax.envs.telecom.env import policy_text, system_prompt
 from rti_jax.envs.telecom.source import policy_for, telecom_source
@@ -95,13 +95,25 @@ def test_condensed_policy_in_env_and_source():
 # --- scripted agents ---------------------------------------------------------------------------
 
 
+GROUP_TEXTS = {group_request(g): steps for g, steps in DEVICE_GROUPS.items()}
+
+
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_checklist_solves_every_task_and_the_mistake_fails_every_task_with_a_device_step(split):
   env = TelecomEnv(policy=CONDENSED_POLICY)
   for task in load_split(split):
     good = run_episode(env, ChecklistAgent(), task)  # the agent never reads the task
     assert good.reward == 1.0, task.task_id
-    assert good.num_turns <= 22
+    assert good.num_turns <= 14  # fixes asked for in groups (DEVICE_GROUPS)
+    single = run_episode(env, ChecklistAgent(grouped=False), task)  # one fix per turn: same outcome, longer
+    assert single.reward == 1.0, task.task_id
+    assert single.num_turns <= 22 and single.num_turns >= good.num_turns
+    asked = lambda msgs: [s for m in msgs if m["role"] == "assistant"
+                          for s in GROUP_TEXTS.get(m["content"], [device_step_of(m["content"])]) if s]
+    # the same fixes in the same order, up to where the one-per-turn episode ends (the user's goal
+    # can hold before the last fix of a group)
+    n = len(asked(single.messages))
+    assert asked(good.messages)[:n] == asked(single.messages)
     bad = run_episode(env, td.MistakeAgent(task), task)
     d = td.decisive_index(good.messages)
     if d is not None:

@@ -59,6 +59,15 @@ DEVICE_REQUESTS: dict[str, tuple[str, dict[str, str], str]] = {
                 "Please grant the messaging app the storage permission."),
     "pay": ("make_payment", {}, PAY_MESSAGE),
 }
+#: grouped device steps (``ChecklistAgent(grouped=True)``, the default): one turn asks for each
+#: group's fixes in order, one sentence each (the scripted user does up to
+#: ``user_sim.MAX_ACTIONS_PER_TURN`` = 4 per message). Episodes are 9-13 assistant turns instead of 12-22.
+DEVICE_GROUPS: dict[str, tuple[str, ...]] = {
+    "basics": ("airplane", "apn", "reboot"),
+    "data_basics": ("airplane", "apn", "reboot", "data"),
+    "data_settings": ("roaming", "saver", "vpn", "mode"),
+    "mms_settings": ("wifi_calling", "sms", "storage"),
+}
 GOAL_REQUESTS = {"mms": "Please try sending a picture message now.", "data": "Please run a speed test now.",
                  "service": "Please look at your status bar now and tell me what it shows."}
 _PHONE_RE = re.compile(r"\(?\d{3}\)?[\s.-]?\d{3}[\s.-]?\d{4}")
@@ -89,9 +98,14 @@ def _transfer(summary: str) -> Plan:
   yield TRANSFER_MESSAGE
 
 
-def _plan(opening: str, obs: Sequence[str]) -> Plan:
+def group_request(group: str) -> str:
+  """The one turn that asks for the steps of ``DEVICE_GROUPS[group]``: their requests, in order."""
+  return " ".join(DEVICE_REQUESTS[step][2] for step in DEVICE_GROUPS[group])
+
+
+def _plan(opening: str, obs: Sequence[str], grouped: bool = True) -> Plan:
   """The checklist's turns; ``obs[i]`` is what the env answered to turn i (read only after
-  turn i is yielded)."""
+  turn i is yielded). grouped: ask for each group of ``DEVICE_GROUPS`` in one turn."""
   k = 0
 
   def turn(text: str) -> Generator[str, None, str]:
@@ -135,11 +149,16 @@ def _plan(opening: str, obs: Sequence[str]) -> Plan:
       yield from turn(tool_call_text("send_payment_request", {"customer_id": cid, "bill_id": overdue[0]}))
       yield from turn(PAY_MESSAGE)
     yield from turn(tool_call_text("resume_line", {"customer_id": cid, "line_id": lid}))
-  for step in ("airplane", "apn", "reboot"):
-    yield from turn(DEVICE_REQUESTS[step][2])
+  def steps(group: str) -> Generator[str, None, None]:
+    if grouped:
+      yield from turn(group_request(group))
+    else:
+      for step in DEVICE_GROUPS[group]:
+        yield from turn(DEVICE_REQUESTS[step][2])
+
   issue = issue_of(opening)
+  yield from steps("basics" if issue == "service" else "data_basics")
   if issue in ("data", "mms"):
-    yield from turn(DEVICE_REQUESTS["data"][2])
     usage = _json((yield from turn(tool_call_text("get_data_usage", {"customer_id": cid, "line_id": lid})))) or {}
     try:
       used_up = float(usage["data_used_gb"]) >= float(usage["data_limit_gb"]) + float(usage["data_refueling_gb"])
@@ -156,11 +175,9 @@ def _plan(opening: str, obs: Sequence[str]) -> Plan:
         yield from turn(tool_call_text("refuel_data", {"customer_id": cid, "line_id": lid, "gb_amount": 2.0}))
     if line.get("roaming_enabled") is False:
       yield from turn(tool_call_text("enable_roaming", {"customer_id": cid, "line_id": lid}))
-    for step in ("roaming", "saver", "vpn", "mode"):
-      yield from turn(DEVICE_REQUESTS[step][2])
+    yield from steps("data_settings")
   if issue == "mms":
-    for step in ("wifi_calling", "sms", "storage"):
-      yield from turn(DEVICE_REQUESTS[step][2])
+    yield from steps("mms_settings")
   yield from turn(GOAL_REQUESTS[issue])
   yield f"Thank you for contacting us. {AGENT_STOP}"
 
@@ -181,15 +198,20 @@ def observations(messages: Sequence[Message]) -> tuple[str, list[str]]:
 
 class ChecklistAgent:
   """``act(messages)``: the checklist's next turn given the conversation so far (deterministic;
-  the task is not read). After the checklist ends it stops."""
+  the task is not read). After the checklist ends it stops.
 
-  def __init__(self, task: Any = None):
+  grouped: ask for each group of fixes (``DEVICE_GROUPS``) in one turn (default); False: one fix
+  per turn (the first Telecom build's episodes).
+  """
+
+  def __init__(self, task: Any = None, grouped: bool = True):
     del task  # decides from the conversation only
+    self.grouped = grouped
 
   def act(self, messages: list[Message]) -> str:
     opening, obs = observations(messages)
     n = sum(m.get("role") == "assistant" for m in messages)
-    for i, text in enumerate(_plan(opening, obs)):
+    for i, text in enumerate(_plan(opening, obs, self.grouped)):
       if i == n:
         return text
     return AGENT_STOP
