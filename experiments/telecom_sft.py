@@ -59,7 +59,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   p.add_argument("--complete-share", type=float, default=0.5,
                  help="checklist episodes trained except the decisive turn's first token (resolve_tail)")
   p.add_argument("--correction-share", type=float, default=0.6, help="correction examples (p_cal -> right turn)")
-  p.add_argument("--max-turns", type=int, default=30, help="assistant turns per sampled episode")
+  p.add_argument("--max-turns", type=int, default=16,
+                 help="assistant turns per sampled episode (the checklist needs at most 14)")
   p.add_argument("--eval-tasks", type=int, default=None, help="held-out tasks sampled (default: all of --holdout)")
   p.add_argument("--eval-samples", type=int, default=4, help="samples per task at temperature 1")
   p.add_argument("--no-eval", action="store_true")
