@@ -41,6 +41,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   p.add_argument("--quick", action="store_true", help="smoke build: tiny model, few tasks, a few steps")
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--holdout", type=int, default=10, help="last train tasks kept out of SFT (validation)")
+  p.add_argument("--recombined", type=int, default=0,
+                 help="extra SFT tasks: SFT train tasks with their device faults recombined "
+                      "(rti_jax/envs/telecom/recombine.py; no test or train fault set repeated)")
   p.add_argument("--rounds", type=int, default=4,
                  help="scripted-user phrasing seeds each SFT task is played with (the mix is drawn per round)")
   p.add_argument("--epochs", type=float, default=None)
@@ -84,6 +87,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.policy_dir = os.path.join(args.out, "policy") if args.quick else str(DEFAULT_POLICY_DIR)
   if args.rounds < 1:
     raise SystemExit(f"--rounds must be >= 1, got {args.rounds}")
+  if args.recombined < 0:
+    raise SystemExit(f"--recombined must be >= 0, got {args.recombined}")
   if not 1 <= args.max_turns <= 30:
     raise SystemExit(f"--max-turns must be in 1..30, got {args.max_turns}")
   if args.epochs <= 0:
@@ -103,6 +108,13 @@ def build_data(args: argparse.Namespace, log: Any) -> tuple[Any, Any, list[Any],
   sft_tasks, held = split_train(load_split("train"), args.holdout)
   if args.quick:
     sft_tasks = sft_tasks[:12]
+  if args.recombined:
+    from rti_jax.envs.telecom.recombine import recombined_tasks
+
+    try:
+      sft_tasks = sft_tasks + recombined_tasks(sft_tasks, args.recombined, seed=args.seed)
+    except ValueError as e:
+      raise SystemExit(f"--recombined: {e}") from None
   corpus = [text for r in range(args.rounds) for text in td.corpus_texts(sft_tasks, td.make_env(seed=r))]
   tok = build_tokenizer(corpus, args.vocab, pattern=td.TELECOM_PATTERN)
   fmt = ChatFormatter(tok)
