@@ -132,6 +132,25 @@ def _generate_jit(graphdef: nnx.GraphDef, state: nnx.State, prompt_ids: jax.Arra
   lengths = jnp.sum(prompt_mask, axis=-1).astype(jnp.int32)  # [B] next position per row
   prompt_keys = prompt_mask.astype(bool)
 
+  def feed(tok, cache, step):
+    gen_keys = jnp.arange(num_new)[None, :] <= step
+    mask = jnp.concatenate([prompt_keys, jnp.broadcast_to(gen_keys, (b, num_new))], axis=-1)
+    h, cache = model.forward(tok[:, None], (lengths + step)[:, None], mask[:, None, :], cache, p + step)
+    return model.logits(h[:, 0]), cache
+
+  toks, lps, slps, n_gen, stopped, _ = _decode(feed, logits, cache, key, row_valid, max_new_tokens, temperature,
+                                               top_k, top_p, stop_ids, pad_id, num_new)
+  return toks, lps, slps, n_gen, stopped
+
+
+def _decode(feed: Any, logits: jax.Array, cache: Any, key: jax.Array, row_valid: jax.Array,
+            max_new_tokens: jax.Array, temperature: jax.Array, top_k: jax.Array, top_p: jax.Array,
+            stop_ids: jax.Array, pad_id: jax.Array, num_new: int):
+  """The decode loop of both generate paths: per step, sample from ``logits``, record, and
+  ``feed(tok, cache, step) -> (next logits, cache)``; rows stop at a stop id. Returns tokens,
+  logprobs, sampling_logprobs [B, num_new], n_generated [B], stopped [B] and the cache."""
+  b = logits.shape[0]
+
   def cond(carry):
     step, _, _, _, done, *_ = carry
     return (step < max_new_tokens) & ~jnp.all(done)
@@ -148,19 +167,15 @@ def _generate_jit(graphdef: nnx.GraphDef, state: nnx.State, prompt_ids: jax.Arra
     hit = jnp.any(tok[:, None] == stop_ids[None, :], axis=-1) & ~done
     stopped = stopped | hit
     done = done | hit
-    gen_keys = jnp.arange(num_new)[None, :] <= step
-    mask = jnp.concatenate([prompt_keys, jnp.broadcast_to(gen_keys, (b, num_new))], axis=-1)
-    h, cache = model.forward(tok[:, None], (lengths + step)[:, None], mask[:, None, :],
-                             cache, p + step)
-    return (step + 1, model.logits(h[:, 0]), cache, key, done, toks, lps, slps, n_gen, stopped)
+    logits, cache = feed(tok, cache, step)
+    return (step + 1, logits, cache, key, done, toks, lps, slps, n_gen, stopped)
 
   zeros = jnp.zeros((b, num_new), jnp.float32)
   carry = (jnp.int32(0), logits, cache, key, ~row_valid,
            jnp.full((b, num_new), pad_id, jnp.int32), zeros, zeros,
            jnp.zeros((b,), jnp.int32), jnp.zeros((b,), bool))
-  carry = jax.lax.while_loop(cond, body, carry)
-  _, _, _, _, _, toks, lps, slps, n_gen, stopped = carry
-  return toks, lps, slps, n_gen, stopped
+  _, _, cache, _, _, toks, lps, slps, n_gen, stopped = jax.lax.while_loop(cond, body, carry)
+  return toks, lps, slps, n_gen, stopped, cache
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "num_new"), donate_argnames=("cache",))
@@ -186,33 +201,13 @@ def _generate_cached_jit(graphdef: nnx.GraphDef, state: nnx.State, cache: list[L
   logits = model.logits(h[jnp.arange(b), last])
   lengths = start + n_in  # next slot per row
 
-  def cond(carry):
-    step, _, _, _, done, *_ = carry
-    return (step < max_new_tokens) & ~jnp.all(done)
-
-  def body(carry):
-    step, logits, cache, key, done, toks, lps, slps, n_gen, stopped = carry
-    key, sub = jax.random.split(key)
-    tok, lp, slp = sample_step(logits, sub, temperature, top_k, top_p)
-    tok = jnp.where(done, pad_id, tok)
-    toks = toks.at[:, step].set(tok)
-    lps = lps.at[:, step].set(jnp.where(done, 0.0, lp))
-    slps = slps.at[:, step].set(jnp.where(done, 0.0, slp))
-    n_gen = n_gen + (~done).astype(jnp.int32)
-    hit = jnp.any(tok[:, None] == stop_ids[None, :], axis=-1) & ~done
-    stopped = stopped | hit
-    done = done | hit
+  def feed(tok, cache, step):
     pos = lengths + step
     h, cache = model.forward(tok[:, None], pos[:, None], slots[None, None, :] <= pos[:, None, None], cache, pos)
-    return (step + 1, model.logits(h[:, 0]), cache, key, done, toks, lps, slps, n_gen, stopped)
+    return model.logits(h[:, 0]), cache
 
-  zeros = jnp.zeros((b, num_new), jnp.float32)
-  carry = (jnp.int32(0), logits, cache, key, ~row_valid,
-           jnp.full((b, num_new), pad_id, jnp.int32), zeros, zeros,
-           jnp.zeros((b,), jnp.int32), jnp.zeros((b,), bool))
-  carry = jax.lax.while_loop(cond, body, carry)
-  _, _, cache, _, _, toks, lps, slps, n_gen, stopped = carry
-  return toks, lps, slps, n_gen, stopped, cache
+  return _decode(feed, logits, cache, key, row_valid, max_new_tokens, temperature, top_k, top_p, stop_ids, pad_id,
+                 num_new)
 
 
 def _common_prefix_len(rows: Sequence[np.ndarray]) -> int:
