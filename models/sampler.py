@@ -292,6 +292,9 @@ class Sampler:
     a prefix (the system prompt) prefill it once. Each row then has its own slots, no padding; its
     logits equal the default path's up to float rounding, so a seed may sample other ids than
     with 0 (the default: no store, every prompt prefilled whole). ``sync_weights`` clears it.
+    Entries live in host memory (per token: layers x 2 x kv heads x head dim values; 0.75 KB for
+    the tiny Telecom policy, 144 KB for Qwen3-8B in bf16), so it suits small models; at scale
+    SGLang's own prefix (radix) cache does this job.
   """
 
   def __init__(self, model: Qwen, *, max_cache_len: int | None = None, max_attention_bytes: int = 1 << 30,
