@@ -12,16 +12,19 @@ avg p@k, avg pk) are printed, overall and on the tasks that need disambiguation.
 Each baseline follows its paper (see ``rti_jax/objectives/baselines.py`` and ``rti_jax/baselines.py``):
 
 * GSPO: sequence-level, length-normalised ratio and sequence-level clipping (3e-4 / 4e-4).
-* AEPO: the policy-update part (entropy-aware advantages from the sampling policy's per-token
-  entropy, gradient-preserving upper clip, token-mean aggregation). AEPO's rollout-side
-  entropy-balanced branching is not implemented: its groups are ordinary G-sample groups.
+* AEPO: the entropy-balanced branching rollout (``rti_jax/aepo_rollout.py``,
+  ``baselines.aepo_branching``, on by default) and the policy update (entropy-aware advantages
+  from the sampling policy's per-token entropy, gradient-preserving upper clip, token-mean
+  aggregation).
 * OPD: slime's on-policy distillation, ``A_t = A - coef * (log pi_student - log pi_teacher)``
   on the student's own rollouts. The teacher is a checkpoint sharing the policy's tokenizer
-  (``--teacher``, default ``policies/navigation_teacher``), made offline by the SFT script
-  with the decisive re-search trained on every disambiguation task::
+  (``--teacher``, default ``policies/navigation_teacher``, shipped), made offline by the SFT
+  script from the default base policy with the decisive re-search trained on every
+  disambiguation task (its card has the exact command)::
 
-      python experiments/run.py --exp=navigation_sft --resolve-share 1.0 \\
-          --policy-dir policies/navigation_teacher --out runs/navigation_teacher_sft
+      python experiments/run.py --exp=navigation_sft --init policies/navigation_tiny_b11 --check-line 1 \\
+          --complete-share 0 --resolve-share 1.0 --epochs 1 --warmup-epochs 0 --lr 1e-3 \\
+          --policy-dir policies/navigation_teacher --out runs/navigation_teacher
 
   Without a teacher the OPD row is skipped (named in the table and in ``results.json``).
 * LUFFY: the scripted oracle's trajectories are the off-policy demonstrations (the paper uses
@@ -75,8 +78,8 @@ def baseline_variants(methods: Sequence[str], teacher: str | None) -> tuple[dict
   variants, skipped = {}, {}
   for m in methods:
     if m == "opd" and (not teacher or not (pathlib.Path(teacher) / "config.json").exists()):
-      skipped[m] = (f"no teacher checkpoint at {teacher!r}; make one with `python experiments/run.py "
-                    "--exp=navigation_sft --resolve-share 1.0 --policy-dir policies/navigation_teacher`")
+      skipped[m] = (f"no teacher checkpoint at {teacher!r}; make one as policies/navigation_teacher/README.md "
+                    "says (navigation_sft --init policies/navigation_tiny_b11 --resolve-share 1.0 ...)")
       continue
     variants[m] = per_method[m]
   return variants, skipped
