@@ -211,8 +211,10 @@ def evaluate_policy(policy_dir: str, tasks: Sequence[Any], samples: int, max_tur
   from rti_jax.policy.tokenizer import PAD_TOKEN
 
   model, tok, fmt = ev.load_policy(policy_dir)
+  from rti_jax.config import load_config
+
   backend = JaxBackend(model, max_cache_len=4096, pad_id=tok.convert_tokens_to_ids(PAD_TOKEN),
-                       prefix_cache_bytes=2048 << 20)
+                       prefix_cache_bytes=load_config("telecom").rollout.prefix_cache_mb << 20)
   t0 = time.time()
   out = {"sampled": telecom_behaviour(backend, fmt, tasks, samples, max_turns, seed)}
   log(f"eval sampled ({len(tasks)} tasks x {samples}): {time.time() - t0:.0f}s: "
