@@ -8,7 +8,7 @@ and the condensed system prompt, a tiny Qwen3 from a seed (``sft.tiny_qwen3_conf
 mix of ``rti_jax.policy.telecom_sft_data`` (checklist episodes, the early device-tool mistake,
 corrections, decision-free tails), then writes the HF checkpoint (``--policy-dir``; transformers
 and ``models.from_pretrained`` load it) and measures the built policy with the real sampler and
-rollout engine on the held-out train tasks (the last ``--holdout``, never trained on): the
+rollout engine on the held-out train tasks (the last ``--holdout`` of ``rl_train_split``, never trained on): the
 teacher-forced probability of the right first token at the decisive turn (``decision_check``),
 success rate, pass@k, the share of all-fail groups, how the first device step went (the mistake or asking
 the user), and one self-intervened rollout per task (rule-based Validator / Verifier, the policy
@@ -40,7 +40,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                  help="checkpoint dir (default: policies/telecom_tiny; with --quick: <out>/policy)")
   p.add_argument("--quick", action="store_true", help="smoke build: tiny model, few tasks, a few steps")
   p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--holdout", type=int, default=10, help="last train tasks kept out of SFT (validation)")
+  p.add_argument("--holdout", type=int, default=10, help="last train tasks (rl_train_split order) kept out of SFT (validation)")
   p.add_argument("--recombined", type=int, default=0,
                  help="extra SFT tasks: SFT train tasks with their device faults recombined "
                       "(rti_jax/envs/telecom/recombine.py; no test or train fault set repeated)")
@@ -98,14 +98,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def build_data(args: argparse.Namespace, log: Any) -> tuple[Any, Any, list[Any], list[Any], list[Any]]:
   """(tokenizer, formatter, examples, SFT tasks, held-out tasks)."""
-  from rti_jax.envs.telecom.tasks import load_split
+  from rti_jax.envs.telecom.tasks import rl_train_split
   from rti_jax.policy import telecom_sft_data as td
   from rti_jax.policy.tokenizer import build_tokenizer
   from rti_jax.rollout import ChatFormatter
 
   from navigation_sft import split_train
 
-  sft_tasks, held = split_train(load_split("train"), args.holdout)
+  sft_tasks, held = split_train(rl_train_split(), args.holdout)
   if args.quick:
     sft_tasks = sft_tasks[:12]
   if args.recombined:

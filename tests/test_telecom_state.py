@@ -8,7 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 from rti_jax.envs.telecom import state as st
-from rti_jax.envs.telecom.tasks import get_task, load_split, load_tasks
+import types
+
+from rti_jax.envs.telecom.tasks import get_task, load_split, load_tasks, rl_train_split, spread_by_issue
 
 DATA = importlib.resources.files("rti_jax.envs.telecom").joinpath("data")
 MMS_ALL = ("[mms_issue]airplane_mode_on|bad_network_preference|bad_wifi_calling|break_apn_mms_setting|"
@@ -53,6 +55,38 @@ def test_tasks_and_split_sizes():
   assert {t.task_id for t in train} | {t.task_id for t in test} == set(load_tasks())
   with pytest.raises(ValueError, match="split must be one of"):
     load_split("dev")
+
+
+@settings(max_examples=60, deadline=None)
+@given(hst.lists(hst.sampled_from(["service_issue", "mobile_data_issue", "mms_issue"]), min_size=1, max_size=80))
+def test_spread_by_issue_keeps_each_type_near_its_share_in_every_tail(kinds):
+  tasks = [types.SimpleNamespace(issue_type=k, n=i) for i, k in enumerate(kinds)]
+  out = spread_by_issue(tasks)
+  assert sorted(t.n for t in out) == list(range(len(tasks)))  # a permutation
+  for kind in set(kinds):  # file order kept within a type
+    ns = [t.n for t in out if t.issue_type == kind]
+    assert ns == sorted(ns)
+  total = {k: kinds.count(k) for k in set(kinds)}
+  for m in range(1, len(out) + 1):
+    tail = [t.issue_type for t in out[-m:]]
+    for kind, n in total.items():
+      assert abs(tail.count(kind) - m * n / len(kinds)) <= 2, (m, kind)
+
+
+def test_rl_validation_split_holds_every_issue_type():
+  from rti_jax.config import load_config
+  from rti_jax.envs.telecom.source import telecom_source
+  from rti_jax.policy.sft_data import split_train
+
+  train = rl_train_split()
+  assert sorted(t.task_id for t in train) == sorted(t.task_id for t in load_split("train"))
+  assert [t.issue_type for t in load_split("train")[-10:]] == ["service_issue"] * 10  # why the order exists
+  cfg = load_config("telecom")
+  source = telecom_source(cfg)
+  val = source.train[-cfg.train.val_tasks:]
+  assert [t.task_id for t in val] == [t.task_id for t in split_train(rl_train_split(), cfg.train.val_tasks)[1]]
+  counts = {k: sum(t.issue_type == k for t in val) for k in ("service_issue", "mobile_data_issue", "mms_issue")}
+  assert counts == {"service_issue": 2, "mobile_data_issue": 4, "mms_issue": 4}  # 14 / 27 / 33 of 74
 
 
 def test_outdated_tool_name_is_renamed():

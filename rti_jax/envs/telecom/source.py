@@ -1,6 +1,8 @@
 """tau2-Telecom as the trainer's ``TaskSource`` (mirrors ``rti_jax.trainer.navigation_source``).
 
-Train / test are the 74 / 40 base tasks of tau2-bench's split; each episode gets a fresh
+Train / test are the 74 / 40 base tasks of tau2-bench's split (train in ``rl_train_split``'s order:
+issue types spread evenly, so the trainer's validation split, its last ``train.val_tasks``, holds each
+type); each episode gets a fresh
 ``TelecomEnv`` (it writes its own system prompt with the tool schemas, so
 ``tool_schemas`` is None as for Navigation). Subsets for reporting: the three issue types
 and the Hard persona.
@@ -12,7 +14,7 @@ from typing import Any
 
 from rti_jax.config import ExperimentConfig
 from rti_jax.envs.telecom.env import MAX_TURNS, TelecomEnv
-from rti_jax.envs.telecom.tasks import ISSUE_TYPES, TelecomTask, load_split
+from rti_jax.envs.telecom.tasks import ISSUE_TYPES, TelecomTask, load_split, rl_train_split
 
 
 def _issue(kind: str) -> Any:
@@ -58,7 +60,7 @@ def telecom_source(cfg: ExperimentConfig, policy: str | None = None) -> Any:
   if policy is None:
     policy = policy_for(cfg.env.policy_text)
   seed = int(cfg.env.seed)
-  train: list[TelecomTask] = load_split("train")
+  train: list[TelecomTask] = rl_train_split()  # issue types spread, so the validation tail holds each
   test: list[TelecomTask] = load_split("test")
   return TaskSource(
       train=train,

@@ -128,6 +128,32 @@ def load_split(split: str) -> list[TelecomTask]:
   return [tasks[i] for i in split_ids(split)]
 
 
+def spread_by_issue(tasks: list[TelecomTask]) -> list[TelecomTask]:
+  """``tasks`` reordered so that each issue type is spread evenly through the list (in file order
+  within a type): the i-th of a type's n tasks gets the key (i + 0.5) / n, ties broken by
+  ``ISSUE_TYPES`` order. Any tail of the result then holds the issue types in about their overall
+  shares. tau2's train split lists its tasks by issue type, so its last 10 in file order are all
+  service tasks; the RL validation split (the trainer's last ``train.val_tasks``) and the base
+  policy's held-out tasks (``telecom_sft --holdout``) are the tail of this order instead
+  (``rl_train_split``)."""
+  rank: dict[str, int] = {}
+  counts = {kind: sum(t.issue_type == kind for t in tasks) for kind in {t.issue_type for t in tasks}}
+  keys = []
+  for pos, t in enumerate(tasks):
+    i = rank.get(t.issue_type, 0)
+    rank[t.issue_type] = i + 1
+    order = ISSUE_TYPES.index(t.issue_type) if t.issue_type in ISSUE_TYPES else len(ISSUE_TYPES)
+    keys.append(((i + 0.5) / counts[t.issue_type], order, pos))
+  return [tasks[k[2]] for k in sorted(keys)]
+
+
+def rl_train_split() -> list[TelecomTask]:
+  """tau2's 74 train tasks in the order the RL experiments read them (``spread_by_issue``): the
+  trainer's validation split is its last ``train.val_tasks`` and ``telecom_sft --holdout`` keeps the
+  same tail out of SFT, so both hold every issue type."""
+  return spread_by_issue(load_split("train"))
+
+
 def get_task(task_id: str) -> TelecomTask:
   tasks = load_tasks()
   if task_id not in tasks:
