@@ -10,6 +10,10 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "experiments"))
 import telecom  # noqa: E402  (experiments/telecom.py)
+from rti_jax.envs.telecom.checklist_agent import ChecklistAgent  # noqa: E402
+from rti_jax.envs.telecom.tasks import rl_train_split  # noqa: E402
+from rti_jax.policy import telecom_sft_data as td  # noqa: E402
+from rti_jax.policy.sft_data import play, split_train  # noqa: E402
 import telecom_sft  # noqa: E402  (experiments/telecom_sft.py)
 
 
@@ -20,7 +24,12 @@ def test_quick_build_then_quick_grpo_vs_rti(tmp_path):
   for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "build.json"):
     assert (policy / name).exists(), name
   metrics = json.loads((build / "metrics.json").read_text())
-  assert metrics["data"]["kinds"]["trusting"] == 12 and metrics["system_prompt"]["condensed_tokens"] > 0
+  # one "trusting" example (the D.1 mistake) per quick SFT task whose checklist episode reaches the phone
+  sft_tasks = split_train(rl_train_split(), 10)[0][:12]
+  decisive = sum(td.decisive_index(play(td.make_env(seed=r), ChecklistAgent(), t)) is not None
+                 for r in range(metrics["rounds"]) for t in sft_tasks)
+  assert 0 < decisive <= 12 * metrics["rounds"]
+  assert metrics["data"]["kinds"]["trusting"] == decisive and metrics["system_prompt"]["condensed_tokens"] > 0
   assert set(metrics["eval"]["sampled"]["first_device_step"]) == {"mistake", "asked", "malformed", "none"}
   # 9 of the 10 held-out tasks reach the phone (one is a suspended line whose contract ended)
   assert metrics["decision"]["tasks"] == 9 and 0.0 <= metrics["decision"]["p_right_first_token"] <= 1.0
