@@ -8,11 +8,11 @@ and the condensed system prompt, a tiny Qwen3 from a seed (``sft.tiny_qwen3_conf
 mix of ``rti_jax.policy.telecom_sft_data`` (checklist episodes, the early device-tool mistake,
 corrections, decision-free tails), then writes the HF checkpoint (``--policy-dir``; transformers
 and ``models.from_pretrained`` load it) and measures the built policy with the real sampler and
-rollout engine on the held-out train tasks (the last ``--holdout`` of ``rl_train_split``, never trained on): the
-teacher-forced probability of the right first token at the decisive turn (``decision_check``),
-success rate, pass@k, the share of all-fail groups, how the first device step went (the mistake or asking
-the user), and one self-intervened rollout per task (rule-based Validator / Verifier, the policy
-as Corrector). The test split is never read. The run dir gets ``metrics.json`` and ``loss.png``.
+rollout engine on the held-out train tasks (the last ``--holdout`` of ``rl_train_split``, never
+trained on): the teacher-forced probability of the right first token at the decisive turn
+(``decision_check``), success rate, pass@k, the share of all-fail groups, how the first device step
+went (the mistake or asking the user), and one self-intervened rollout per task (rule-based
+Validator / Verifier, the policy as Corrector). The test split is never read. The run dir gets ``metrics.json`` and ``loss.png``.
 """
 
 from __future__ import annotations

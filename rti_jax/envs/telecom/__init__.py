@@ -9,4 +9,5 @@ from rti_jax.envs.telecom.user_sim import ScriptedUser
 
 __all__ = ["AGENT_STOP", "MAX_TURNS", "TRANSFER_MESSAGE", "TelecomEnv", "policy_text", "system_prompt", "RewardInfo",
            "ToolCallRecord", "evaluate", "ISSUE_TYPES", "TelecomTask", "get_task", "load_split", "load_tasks",
-           "rl_train_split",           "DescribedGoldAgent", "DoNothingAgent", "GoldAgent", "ScriptAgent", "pass_rate", "run_episode", "ScriptedUser"]
+           "rl_train_split", "DescribedGoldAgent", "DoNothingAgent", "GoldAgent", "ScriptAgent", "pass_rate",
+           "run_episode", "ScriptedUser"]

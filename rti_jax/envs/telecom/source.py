@@ -1,10 +1,9 @@
 """tau2-Telecom as the trainer's ``TaskSource`` (mirrors ``rti_jax.trainer.navigation_source``).
 
-Train / test are the 74 / 40 base tasks of tau2-bench's split (train in ``rl_train_split``'s order:
-issue types spread evenly, so the trainer's validation split, its last ``train.val_tasks``, holds each
-type); each episode gets a fresh
-``TelecomEnv`` (it writes its own system prompt with the tool schemas, so
-``tool_schemas`` is None as for Navigation). Subsets for reporting: the three issue types
+Train / test are the 74 / 40 base tasks of tau2-bench's split, train in ``rl_train_split``'s order
+(issue types spread evenly, so the trainer's validation split, its last ``train.val_tasks``, holds
+each type). Each episode gets a fresh ``TelecomEnv`` (it writes its own system prompt with the tool
+schemas, so ``tool_schemas`` is None as for Navigation). Subsets for reporting: the three issue types
 and the Hard persona.
 """
 

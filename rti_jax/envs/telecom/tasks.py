@@ -9,6 +9,7 @@ Loaded from ``data/tasks_base114_release-37199f3.json`` (tau2-bench release
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import importlib.resources
@@ -137,7 +138,7 @@ def spread_by_issue(tasks: list[TelecomTask]) -> list[TelecomTask]:
   policy's held-out tasks (``telecom_sft --holdout``) are the tail of this order instead
   (``rl_train_split``)."""
   rank: dict[str, int] = {}
-  counts = {kind: sum(t.issue_type == kind for t in tasks) for kind in {t.issue_type for t in tasks}}
+  counts = collections.Counter(t.issue_type for t in tasks)
   keys = []
   for pos, t in enumerate(tasks):
     i = rank.get(t.issue_type, 0)
