@@ -12,7 +12,8 @@ rollout engine on the held-out train tasks (the last ``--holdout`` of ``rl_train
 trained on): the teacher-forced probability of the right first token at the decisive turn
 (``decision_check``), success rate, pass@k, the share of all-fail groups, how the first device step
 went (the mistake or asking the user), and one self-intervened rollout per task (rule-based
-Validator / Verifier, the policy as Corrector). The test split is never read. The run dir gets ``metrics.json`` and ``loss.png``.
+Validator / Verifier, the policy as Corrector). The test split is never read. The run dir gets
+``metrics.json`` and ``loss.png``.
 """
 
 from __future__ import annotations
@@ -206,13 +207,12 @@ def evaluate_policy(policy_dir: str, tasks: Sequence[Any], samples: int, max_tur
   """Behaviour of the policy in ``policy_dir`` on ``tasks`` with the real sampler (T=1):
   ``sampled`` (``samples`` rollouts per task) and ``intervention`` (one self-intervened rollout
   per task); see ``telecom_behaviour`` and ``telecom_intervention``."""
+  from rti_jax.config import load_config
   from rti_jax.generation.jax_backend import JaxBackend
   from rti_jax.policy import evaluate as ev
   from rti_jax.policy.tokenizer import PAD_TOKEN
 
   model, tok, fmt = ev.load_policy(policy_dir)
-  from rti_jax.config import load_config
-
   backend = JaxBackend(model, max_cache_len=4096, pad_id=tok.convert_tokens_to_ids(PAD_TOKEN),
                        prefix_cache_bytes=load_config("telecom").rollout.prefix_cache_mb << 20)
   t0 = time.time()

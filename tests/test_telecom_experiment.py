@@ -8,12 +8,13 @@ import json
 import pathlib
 import sys
 
+from rti_jax.envs.telecom.checklist_agent import ChecklistAgent
+from rti_jax.envs.telecom.tasks import rl_train_split
+from rti_jax.policy import telecom_sft_data as td
+from rti_jax.policy.sft_data import play, split_train
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "experiments"))
 import telecom  # noqa: E402  (experiments/telecom.py)
-from rti_jax.envs.telecom.checklist_agent import ChecklistAgent  # noqa: E402
-from rti_jax.envs.telecom.tasks import rl_train_split  # noqa: E402
-from rti_jax.policy import telecom_sft_data as td  # noqa: E402
-from rti_jax.policy.sft_data import play, split_train  # noqa: E402
 import telecom_sft  # noqa: E402  (experiments/telecom_sft.py)
 
 

@@ -2,14 +2,13 @@
 
 import importlib.resources
 import tomllib
+import types
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 from rti_jax.envs.telecom import state as st
-import types
-
 from rti_jax.envs.telecom.tasks import get_task, load_split, load_tasks, rl_train_split, spread_by_issue
 
 DATA = importlib.resources.files("rti_jax.envs.telecom").joinpath("data")
