@@ -1,6 +1,6 @@
 """Multi-turn Telecom rollouts with and without the sampler's prefix cache (same process).
 
-    python benchmarks/bench_prefix_cache.py --policy policies/telecom_tiny --tasks 8 --samples 4
+    python benchmarks/bench_prefix_cache.py --policy policies/telecom_base --tasks 8 --samples 4
 
 Rolls out ``--samples`` episodes on each of the first ``--tasks`` Telecom test tasks (T = 1, the
 condensed policy prompt, 96 new tokens per turn), first with every turn's context prefilled whole
@@ -31,7 +31,7 @@ from rti_jax.policy.tokenizer import PAD_TOKEN  # noqa: E402
 
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--policy", default=str(ROOT / "policies" / "telecom_tiny"))
+  p.add_argument("--policy", default=str(ROOT / "policies" / "telecom_base"))
   p.add_argument("--tasks", type=int, default=8)
   p.add_argument("--samples", type=int, default=4)
   p.add_argument("--repeats", type=int, default=2)

@@ -22,7 +22,7 @@ Each baseline follows its paper (see ``rti_jax/objectives/baselines.py`` and ``r
   script from the default base policy with the decisive re-search trained on every
   disambiguation task (its card has the exact command)::
 
-      python experiments/run.py --exp=navigation_sft --init policies/navigation_tiny_b11 --check-line 1 \\
+      python experiments/run.py --exp=navigation_sft --init policies/navigation_base --check-line 1 \\
           --complete-share 0 --resolve-share 1.0 --epochs 1 --warmup-epochs 0 --lr 1e-3 \\
           --policy-dir policies/navigation_teacher --out runs/navigation_teacher
 
@@ -79,7 +79,7 @@ def baseline_variants(methods: Sequence[str], teacher: str | None) -> tuple[dict
   for m in methods:
     if m == "opd" and (not teacher or not (pathlib.Path(teacher) / "config.json").exists()):
       skipped[m] = (f"no teacher checkpoint at {teacher!r}; make one as policies/navigation_teacher/README.md "
-                    "says (navigation_sft --init policies/navigation_tiny_b11 --resolve-share 1.0 ...)")
+                    "says (navigation_sft --init policies/navigation_base --resolve-share 1.0 ...)")
       continue
     variants[m] = per_method[m]
   return variants, skipped

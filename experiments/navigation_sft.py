@@ -9,7 +9,7 @@ Validator (does the policy follow the feedback; PPL_roll of its corrections, Eq.
 The run dir gets ``metrics.json``, ``loss.png`` and ``sft_data.json`` (the mix).
 ``--quick`` is a seconds-long smoke run for tests (tiny model, few tasks).
 
-The default policy (``policies/navigation_tiny_b11``, build 11) is four such builds, each
+The default policy (``policies/navigation_base``, build 11) is four such builds, each
 continuing the previous one; ``--chain DIR`` runs all four (``CHAIN``).
 """
 

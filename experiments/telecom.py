@@ -5,7 +5,7 @@
     python experiments/run.py --exp=telecom --quick --policy policies/<dir>   # a smoke run
     python experiments/run.py --exp=telecom train.iterations=20 rollout.group_size=8   # overrides
 
-The base policy is built by ``experiments/telecom_sft.py`` (``policies/telecom_tiny``) and sees
+The base policy is built by ``experiments/telecom_sft.py`` (``policies/telecom_base``) and sees
 the condensed policy (``env.policy_text: condensed``; what was condensed:
 ``rti_jax/envs/telecom/condensed.py``). For each seed, GRPO and RTI (rule-based Validator and
 Verifier, the policy as its own Corrector) are trained from that policy on the train split

@@ -1,6 +1,6 @@
 """Builds the tiny base policy for tau2-Telecom by SFT on scripted train-split episodes.
 
-    python experiments/run.py --exp=telecom_sft --policy-dir policies/telecom_tiny
+    python experiments/run.py --exp=telecom_sft --policy-dir policies/telecom_base
     python experiments/run.py --exp=telecom_sft --quick --out /tmp/tsft    # a smoke build (< 2 min)
 
 Trains the tokenizer (``telecom_sft_data.TELECOM_PATTERN``) on the SFT tasks' scripted episodes
@@ -31,14 +31,14 @@ for _path in (ROOT, ROOT / "experiments"):
   if str(_path) not in sys.path:
     sys.path.insert(0, str(_path))
 
-DEFAULT_POLICY_DIR = ROOT / "policies" / "telecom_tiny"
+DEFAULT_POLICY_DIR = ROOT / "policies" / "telecom_base"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   p = argparse.ArgumentParser(prog="run.py --exp=telecom_sft", description=__doc__.split("\n")[0])
   p.add_argument("--out", default=str(ROOT / "runs" / "telecom_sft"), help="run dir (metrics, plot)")
   p.add_argument("--policy-dir", default=None,
-                 help="checkpoint dir (default: policies/telecom_tiny; with --quick: <out>/policy)")
+                 help="checkpoint dir (default: policies/telecom_base; with --quick: <out>/policy)")
   p.add_argument("--quick", action="store_true", help="smoke build: tiny model, few tasks, a few steps")
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--holdout", type=int, default=10, help="last train tasks (rl_train_split order) kept out of SFT (validation)")
