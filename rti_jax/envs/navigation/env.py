@@ -41,9 +41,10 @@ TURN_LIMIT = "error: turn limit reached"
 
 # The tiny setting's system message (``NavConfig.condensed_prompt``): the same rules in fewer words,
 # each tool as a one-line signature instead of its JSON schema, and the call format: 174 tokens of
-# the tiny policy's tokenizer instead of 396 (the build before it), which shortens every episode by
-# that much (each turn's prefill and every row of the update pay for it); a 1M-parameter policy
-# learns the tools from the SFT data, not from the schemas.
+# the tiny policy's tokenizer, against about 400 for the terse JSON-schema layout under a tokenizer
+# built for that layout. Every episode is shorter by the difference (each turn's prefill and every
+# row of the update pay for it); a 1M-parameter policy learns the tools from the SFT data, not from
+# the schemas.
 CONDENSED_PROMPT = (
     "You are a navigation assistant. Search every place of the request, search again with a region when a result "
     "lies in another city than the rest of the trip, then call direction once with the route in the user's order, "

@@ -225,7 +225,7 @@ def listed_alternative(world: World, task: NavTask) -> bool:
   """The task needs disambiguation, yet the first (unregioned) search of every ambiguous stop the
   query gives no city for already lists the right place, below a namesake in another city
   (within ``world.config.max_results``). Such a task can be solved without the re-search the
-  benchmark is about, by routing through a later candidate (docs/tiny_policy.md, tenth session)."""
+  benchmark is about, by routing through a later candidate (see docs/tiny_policy.md)."""
   amb = [s for s in task.stops if s.name in task.ambiguous and not s.hinted]
   k = world.config.max_results
   return bool(amb) and all(any(p.poi_id == s.poi_id for p in rank_text_search(world, s.name, None)[:k]) for s in amb)

@@ -202,7 +202,7 @@ class ChecklistAgent:
   the task is not read). After the checklist ends it stops.
 
   grouped: ask for each group of fixes (``DEVICE_GROUPS``) in one turn (default); False: one fix
-  per turn (the first Telecom build's episodes).
+  per turn (longer episodes; the turn counts of both are at ``DEVICE_GROUPS``).
   """
 
   def __init__(self, task: Any = None, grouped: bool = True):
