@@ -102,10 +102,10 @@ def main() -> None:
                   help="parameters (and Adam moments); matmuls run in bf16 either way. float32 = "
                        "master weights, as policy.param_dtype in the paper-scale config")
   ap.add_argument("--peak", type=float, default=790.0,
-                  help="bf16 matmul TFLOP/s taken as 100%% (790: measured on an H200 in this workplace)")
+                  help="bf16 matmul TFLOP/s taken as 100%% (790: what a large bf16 matrix product reaches on an H200)")
   ap.add_argument("--bandwidth", type=float, default=4.3,
-                  help="device copy bandwidth in TB/s taken as 100%% (4.3: measured on an H200 here)")
-  ap.add_argument("--json", default=None, help="also append the results as one JSON line here")
+                  help="device copy bandwidth in TB/s taken as 100%% (4.3: an H200's measured copy bandwidth)")
+  ap.add_argument("--json", default=None, help="also append the results as one JSON line to this file")
   args = ap.parse_args()
 
   cfg = config_of(args.size)
