@@ -27,7 +27,8 @@ from models.qwen import Qwen
 from rti_jax.envs import navigation as nav
 from rti_jax.generation.base import SamplingParams
 from rti_jax.generation.jax_backend import JaxBackend
-from rti_jax.intervention import InterventionConfig, assemble_batch, intervene_groups, make_roles
+from rti_jax.intervention import InterventionConfig, intervene_groups, make_roles
+from rti_jax.objectives import assemble_batch
 from rti_jax.intervention.testing import byte_tokenizer
 from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
 

@@ -1,7 +1,7 @@
 """Batched KV-cache sampling and teacher-forced scoring for the Qwen module.
 
 Two entry points, both jit-compiled once per shape bucket (batch rounded up to a power of two,
-prompt length and new-token count to ``length_bucket``, so a rollout loop does not recompile):
+prompt length and new-token count to ``rti_jax.shapes.bucket_length``, so a rollout loop does not recompile):
 
 * :meth:`Sampler.generate` — left-padded prompts, one prefill, then a ``lax.while_loop``
   decode with per-row early stop; returns the sampled ids and, for each id, its
@@ -28,29 +28,10 @@ from flax import nnx
 
 from models.prefix_cache import PrefixCache
 from models.qwen import LayerCache, Qwen, causal_padding_mask, positions_from_mask
+from rti_jax.shapes import bucket_length, bucket_rows
 
-_MIN_LEN_BUCKET = 16
 _SCORE_CHUNK = 512  # time steps whose [B, chunk, V] logits are materialised at once
 _MIN_SHARED_PREFIX = 32  # prompts of one call that miss the prefix cache and share >= this many ids share a prefill
-
-
-def bucket(n: int, minimum: int = 1) -> int:
-  """The smallest power of two >= max(n, minimum)."""
-  n = max(int(n), minimum, 1)
-  return 1 << (n - 1).bit_length()
-
-
-def length_bucket(n: int, minimum: int = _MIN_LEN_BUCKET) -> int:
-  """The padded length for ``n`` tokens (at least ``minimum``): the smallest of 16, 32, 64, 96, 128,
-  192, 256, 384, 512, 768, 1024, 1536, ... (powers of two, and from 96 on also 1.5x a power of two).
-
-  The prefill's attention is quadratic in the padded length: a 530-token prompt pads to 768
-  instead of 1024. Warm, a Navigation evaluation ran 22% faster; a whole default run did not, as
-  the extra shapes compile (docs/benchmarks.md, twelfth session).
-  """
-  p = bucket(n, minimum)
-  three_quarters = p // 4 * 3
-  return three_quarters if p >= 128 and three_quarters >= max(int(n), minimum) else p
 
 
 @dataclasses.dataclass(frozen=True)
@@ -358,7 +339,7 @@ class Sampler:
       return self._generate_cached(rows, key, int(max_new_tokens), float(temperature), float(top_p), int(top_k),
                                    stops, int(pad_id))
     b = len(rows)
-    bb, pb, nb = bucket(b), length_bucket(longest), length_bucket(max_new_tokens)
+    bb, pb, nb = bucket_rows(b), bucket_length(longest), bucket_length(max_new_tokens)
     per_call = self._rows_per_call(pb, pb + nb)
     if b > per_call:
       parts = [self.generate(rows[i:i + per_call], key=jax.random.fold_in(key, j), max_new_tokens=max_new_tokens,
@@ -372,7 +353,7 @@ class Sampler:
     for i, r in enumerate(rows):  # left padding
       ids[i, pb - len(r):] = r
       mask[i, pb - len(r):] = 1
-    stop_arr = np.full((bucket(len(stops), 8),), -1, np.int32)
+    stop_arr = np.full((bucket_rows(len(stops), 8),), -1, np.int32)
     stop_arr[:len(stops)] = stops
     valid = np.arange(bb) < b
     fill = lambda v, dt: jnp.full((bb,), v, dt)
@@ -411,9 +392,9 @@ class Sampler:
     prefix); stores each row's prompt (and, with ``keep_generated``, its generated ids) after it."""
     b = len(rows)
     starts = [0 if e is None else len(e.ids) for e in hits]
-    nb = length_bucket(max_new_tokens)
-    rb = length_bucket(max(len(r) - c for r, c in zip(rows, starts)))
-    width = length_bucket(max(max(starts) + rb, max(len(r) for r in rows) + nb))
+    nb = bucket_length(max_new_tokens)
+    rb = bucket_length(max(len(r) - c for r, c in zip(rows, starts)))
+    width = bucket_length(max(max(starts) + rb, max(len(r) for r in rows) + nb))
     per_call = self._rows_per_call(rb, width)
     if b > per_call:
       parts = [self._cached_call(rows[i:i + per_call], hits[i:i + per_call], jax.random.fold_in(key, j),
@@ -422,7 +403,7 @@ class Sampler:
       return GenerateOutput(*(sum((getattr(o, f.name) for o in parts), [])
                               for f in dataclasses.fields(GenerateOutput)))
     c = self.config
-    bb = bucket(b)
+    bb = bucket_rows(b)
     ids = np.full((bb, rb), pad_id, np.int32)
     n_in = np.zeros((bb,), np.int32)
     start = np.zeros((bb,), np.int32)
@@ -437,7 +418,7 @@ class Sampler:
     for i, r in enumerate(rows):
       start[i], n_in[i] = starts[i], len(r) - starts[i]
       ids[i, :n_in[i]] = r[starts[i]:]
-    stop_arr = np.full((bucket(len(stops), 8),), -1, np.int32)
+    stop_arr = np.full((bucket_rows(len(stops), 8),), -1, np.int32)
     stop_arr[:len(stops)] = stops
     fill = lambda v, dt: jnp.full((bb,), v, dt)
     out = _generate_cached_jit(
@@ -475,7 +456,7 @@ class Sampler:
       raise ValueError(f"prompts[{i}] + responses[{i}]: {lengths[i]} tokens exceed "
                        f"max_cache_len={self.max_cache_len}")
     b = len(p_rows)
-    bb, tb = bucket(b), length_bucket(max(lengths))
+    bb, tb = bucket_rows(b), bucket_length(max(lengths))
     per_call = self._rows_per_call(tb, tb)
     if b > per_call:
       return sum((self.score(p_rows[i:i + per_call], r_rows[i:i + per_call]) for i in range(0, b, per_call)), [])

@@ -37,7 +37,7 @@ from rti_jax import objectives
 from rti_jax.envs.base import Environment
 from rti_jax.generation.base import GenerationBackend
 from rti_jax.rollout import ChatFormatter, Episode, Trajectory
-from rti_jax.shapes import bucket_length
+from rti_jax.shapes import UPDATE_BUCKETS, bucket_length
 
 LUFFY_WHEN = ("all_fail", "always")
 
@@ -94,7 +94,7 @@ def make_turn_entropy_fn(entropy_fn: Callable[[Any, jax.Array, jax.Array], jax.A
     if not rows:
       return out
     longest = max(len(a) + len(b) for a, b in rows)
-    length, batch = bucket_length(longest), 1
+    length, batch = bucket_length(longest, **UPDATE_BUCKETS), 1
     while batch < len(rows):
       batch *= 2
     ids = np.full((batch, length), pad_id, np.int32)

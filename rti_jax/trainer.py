@@ -41,74 +41,18 @@ from tqdm.auto import tqdm
 from rti_jax import aepo_rollout, baselines, objectives, reporting
 from rti_jax.checkpoint import TrainCheckpointer
 from rti_jax.config import ExperimentConfig
-from rti_jax.envs.base import Environment
+from rti_jax.envs.source import TaskSource, task_source
 from rti_jax.generation.base import GenerationBackend, SamplingParams
 from rti_jax.intervention import judges
 from rti_jax.intervention import pipeline
 from rti_jax.metrics import paper_summary
 from rti_jax.rollout import ChatFormatter, RolloutConfig, Trajectory, rollout_groups, turn_counts
-from rti_jax.shapes import bucket_length
+from rti_jax.shapes import UPDATE_BUCKETS, bucket_length
 from rti_jax.sharding import ShardedTrainStep, TrainState, make_mesh, make_train_step
 
 #: Per-iteration metric keys that depend on wall-clock time (excluded when comparing runs).
 TIMING_KEYS = ("time/rollout_s", "time/intervention_s", "time/update_s", "time/iteration_s", "time/total_s",
                "tokens_per_s", "time/eval_s")
-
-
-@dataclasses.dataclass
-class TaskSource:
-  """An environment's tasks and how to make its episodes (what the trainer needs of a benchmark).
-
-  train / test: task objects the env's ``reset`` accepts.
-  env_factory: a new ``Environment`` per episode.
-  task_id: a stable id of a task.
-  subsets: named boolean selectors for reporting, e.g. ``{"disambiguation": pred}``.
-  domain: the intervention prompt/rule domain ("navigation", "telecom", ...).
-  tool_schemas: schemas passed to the chat template (None when the env writes its own
-    system prompt with the tools, as Navigation does).
-  """
-
-  train: Sequence[Any]
-  test: Sequence[Any]
-  env_factory: Callable[[], Environment]
-  task_id: Callable[[Any], str]
-  subsets: dict[str, Callable[[Any], bool]]
-  domain: str
-  tool_schemas: list[dict[str, Any]] | None = None
-  rl_exclude: Callable[[Any], bool] | None = None  # train tasks kept out of RL rollouts (not out of validation)
-
-
-def navigation_source(cfg: ExperimentConfig) -> TaskSource:
-  """The offline Navigation benchmark as a ``TaskSource``."""
-  from rti_jax.envs import navigation
-  from rti_jax.envs.navigation.tasks import listed_alternative
-
-  bench = navigation.load_benchmark(
-      cfg.env.setting, num_train=cfg.env.num_train, num_test=cfg.env.num_test, seed=cfg.env.seed,
-      max_turns=cfg.env.max_turns,
-  )
-  world = bench.world
-  listed = lambda t: listed_alternative(world, t)  # noqa: E731
-  return TaskSource(
-      train=bench.train,
-      test=bench.test,
-      env_factory=lambda: navigation.NavigationEnv(world),
-      task_id=lambda t: t.task_id,
-      subsets={"disambiguation": lambda t: bool(t.needs_disambiguation), "listed_alternative": listed,
-               "research_only": lambda t: bool(t.needs_disambiguation) and not listed(t)},
-      domain="navigation",
-      rl_exclude=listed if cfg.env.rl_exclude_listed else None,
-  )
-
-
-def task_source(cfg: ExperimentConfig) -> TaskSource:
-  if cfg.env.name == "navigation":
-    return navigation_source(cfg)
-  if cfg.env.name == "telecom":
-    from rti_jax.envs.telecom.source import telecom_source
-
-    return telecom_source(cfg)
-  raise ValueError(f"env.name: expected one of ['navigation', 'telecom'], got {cfg.env.name!r}")
 
 
 def seed_from_key(key: jax.Array) -> int:
@@ -364,7 +308,7 @@ class Trainer:
   def update(self, groups: Sequence[Sequence[Trajectory]]) -> dict[str, float]:
     """Advantages, then ``minibatches`` jitted steps of the configured loss over the groups."""
     longest = max(len(t.token_ids) for grp in groups for t in grp)
-    max_len = bucket_length(min(longest, self.cfg.rollout.max_context))
+    max_len = bucket_length(min(longest, self.cfg.rollout.max_context), **UPDATE_BUCKETS)
     m = self.cfg.optim.minibatches
     if len(groups) % m:
       raise ValueError(f"optim.minibatches: expected a divisor of rollout.tasks_per_iter={len(groups)}, got {m}")
@@ -372,7 +316,7 @@ class Trainer:
     sums: dict[str, float] = {}
     sampling_params = self.state.params  # the policy that drew the rollouts (AEPO's entropy)
     for j in range(m):
-      batch = pipeline.assemble_batch(
+      batch = objectives.assemble_batch(
           groups[j * per:(j + 1) * per], pad_id=self.pad_id, reweight=self.cfg.intervention.reweight,
           max_len=max_len, advantage_std=self.cfg.loss.adv_std,
       )
@@ -380,7 +324,7 @@ class Trainer:
       dp = self.train_step.data_parallel_degree
       n = max((c for c in range(1, self.cfg.optim.length_chunks + 1) if rows % c == 0 and (rows // c) % dp == 0),
               default=1)
-      chunks = length_chunks(batch, n, lambda length: bucket_length(min(length, max_len)))
+      chunks = objectives.length_chunks(batch, n, lambda length: bucket_length(min(length, max_len), **UPDATE_BUCKETS))
       if len(chunks) == 1:
         self.state, out = self.train_step.step(self.state, self._device_batch(chunks[0], sampling_params))
         vals = {"loss": out.loss, **out.metrics}
@@ -392,7 +336,7 @@ class Trainer:
         num = sum(p[1] for p in parts)
         den = sum(p[2] for p in parts)
         self.state, out = self.train_step.apply(self.state, g, num, den)
-        vals = {"loss": out.loss, **combine_chunk_metrics([p[3] for p in parts])}
+        vals = {"loss": out.loss, **objectives.combine_chunk_metrics([p[3] for p in parts])}
       vals["grad_norm"] = optax.tree.norm(out.grads)
       for k, v in vals.items():
         sums[k] = sums.get(k, 0.0) + float(v) / m
@@ -522,62 +466,6 @@ def _forward_logp(graphdef: Any, params: Any, rest: Any, ids: jax.Array, mask: j
   trainers of the same architecture (GRPO then RTI in one run, or the next seed) share its compiles."""
   net = nnx.merge(graphdef, params, rest)
   return objectives.next_token_logprobs(net(ids, mask), ids)
-
-
-def length_chunks(batch: objectives.RTIBatch, n: int, bucket: Callable[[int], int]) -> list[objectives.RTIBatch]:
-  """``batch``'s rows sorted by length (real tokens) and split into ``n`` equal-size chunks, each
-  cut and padded to ``bucket(its longest row)``; ``n = 1`` gives the whole batch padded to
-  ``bucket(longest row)``. Rows keep their advantages, so any row order gives the same loss."""
-  b = batch.input_ids.shape[0]
-  if n < 1 or b % n:
-    raise ValueError(f"length_chunks: expected a chunk count dividing the batch size {b}, got {n}")
-  lengths = np.asarray(batch.attention_mask).sum(axis=1)
-  order = np.argsort(lengths, kind="stable") if n > 1 else np.arange(b)
-  out = []
-  for rows in np.split(order, n):
-    t = bucket(int(lengths[rows].max()))
-
-    def take(x: Any, rows: np.ndarray = rows, t: int = t) -> Any:
-      if x is None:
-        return None
-      x = np.asarray(x)[rows]
-      return x[:, :t] if x.ndim == 2 else x
-
-    chunk = objectives.RTIBatch(**{f.name: take(getattr(batch, f.name)) for f in dataclasses.fields(batch)})
-    out.append(_pad_batch(chunk, t))
-  return out
-
-
-def combine_chunk_metrics(metrics: Sequence[dict[str, Any]]) -> dict[str, float]:
-  """Metrics of length chunks as those of the whole batch: token counts summed, ``cal_weight_mean``
-  weighted by intervened tokens, every other metric weighted by ``num_tokens`` (token means)."""
-  ms = [{k: float(v) for k, v in m.items()} for m in metrics]
-  out: dict[str, float] = {}
-  for key in ms[0]:
-    if key in ("num_tokens", "intervened_tokens"):
-      out[key] = sum(m[key] for m in ms)
-      continue
-    wkey = "intervened_tokens" if key == "cal_weight_mean" else "num_tokens"
-    w = np.asarray([m.get(wkey, 1.0) for m in ms])
-    vals = np.asarray([m[key] for m in ms])
-    out[key] = float((w * vals).sum() / w.sum()) if w.sum() > 0 else float(vals.mean())
-  return out
-
-
-def _pad_batch(batch: objectives.RTIBatch, length: int) -> objectives.RTIBatch:
-  """Right-pads every [B, T] field of ``batch`` to ``length`` (padding is masked out)."""
-  t = batch.input_ids.shape[1]
-  if t == length:
-    return batch
-  if t > length:
-    raise ValueError(f"batch: length {t} exceeds the bucket {length}")
-
-  def pad(x: Any) -> Any:
-    if x is None or x.ndim != 2:
-      return x
-    return jnp.pad(x, ((0, 0), (0, length - t)))
-
-  return objectives.RTIBatch(**{f.name: pad(getattr(batch, f.name)) for f in dataclasses.fields(batch)})
 
 
 def _truncate_jsonl(path: pathlib.Path, iteration: int) -> None:

@@ -271,7 +271,8 @@ def test_branching_config_rejects_bad_knobs():
 
 def test_trainer_aepo_rolls_out_with_branching_and_counts_it(tmp_path):
   from models.chat import build_tiny_tokenizer
-  from rti_jax.trainer import TaskSource, Trainer
+  from rti_jax.envs.source import TaskSource
+  from rti_jax.trainer import Trainer
   from trainer_fixtures import WORDS, write_random_qwen
 
   tok = build_tiny_tokenizer(WORDS, tmp_path / "policy")

@@ -28,7 +28,8 @@ from rti_jax.config import load_config  # noqa: E402
 from rti_jax.envs import navigation  # noqa: E402
 from rti_jax.intervention.judges import Correction, ValidatorJudgement, VerifierJudgement  # noqa: E402
 from rti_jax.intervention.pipeline import InterventionRoles  # noqa: E402
-from rti_jax.trainer import TaskSource, Trainer  # noqa: E402
+from rti_jax.envs.source import TaskSource  # noqa: E402
+from rti_jax.trainer import Trainer  # noqa: E402
 from trainer_fixtures import WORDS, LengthRewardEnv, write_random_qwen  # noqa: E402
 
 def _random_qwen(path, vocab_size: int, seed: int, hidden: int = 32, layers: int = 1) -> str:

@@ -17,15 +17,16 @@ from rti_jax.intervention import (
   NavigationRuleValidator,
   NavigationRuleVerifier,
   PolicyCorrector,
-  assemble_batch,
   intervene_groups,
 )
+from rti_jax.objectives import assemble_batch
 from rti_jax.intervention.testing import (
   FEEDBACK_MARKER,
   NAV_TOOLS,
   MiniNavEnv,
   MiniNavScript,
   ScriptedPolicy,
+  VALIDATOR_MARKER,
   byte_tokenizer,
   mini_nav_tasks,
   scripted_logp,
@@ -197,7 +198,7 @@ def test_malformed_llm_validator_is_counted_and_never_intervenes(tok, fmt):
   assert stats.steps_total == 3 and stats.validator_malformed == 3 and stats.steps_flagged == 0
   assert stats.corrections_applied == 0 and new[1] == groups[1]
   # the judge saw the paper's Validator prompt with the reward-side route
-  assert "trajectory supervisor" in judge.calls[0] and "121.5409,25.0533" in judge.calls[0]
+  assert VALIDATOR_MARKER in judge.calls[0] and "121.5409,25.0533" in judge.calls[0]
   assert not any(FEEDBACK_MARKER in c for c in policy.calls)
 
 

@@ -8,7 +8,8 @@ from scipy import stats
 
 import models
 from models import sampler as sampler_lib
-from models.sampler import Sampler, filter_logits, length_bucket, next_token_logprobs
+from models.sampler import Sampler, filter_logits, next_token_logprobs
+from rti_jax.shapes import bucket_length
 from models_fixtures import qwen2_tied_ckpt, qwen3_ckpt, qwen3_moe_ckpt  # noqa: F401 (fixtures)
 
 PROMPTS = [[5, 6, 7, 8, 9], [1, 2], [3, 4, 5, 6, 7, 8, 9, 10, 11], [42]]
@@ -63,8 +64,8 @@ def test_length_bucket_is_the_smallest_allowed_size():
   sizes = sorted({1 << k for k in range(4, 14)} | {3 << k for k in range(5, 13)})
   for n in range(0, 5000):
     want = next(s for s in sizes if s >= max(n, 16))
-    assert length_bucket(n) == want, n
-  assert [length_bucket(n) for n in (17, 65, 97, 257, 530, 769)] == [32, 96, 128, 384, 768, 1024]
+    assert bucket_length(n) == want, n
+  assert [bucket_length(n) for n in (17, 65, 97, 257, 530, 769)] == [32, 96, 128, 384, 768, 1024]
 
 
 def test_long_prompts_prefill_in_causal_blocks_like_transformers(qwen3_ckpt):
@@ -75,7 +76,7 @@ def test_long_prompts_prefill_in_causal_blocks_like_transformers(qwen3_ckpt):
   model, config = models.from_pretrained(path)
   rng = np.random.default_rng(7)
   prompts = [rng.integers(1, config.vocab_size, n).tolist() for n in (300, 170)]
-  assert length_bucket(300) == 384
+  assert bucket_length(300) == 384
   sampler = Sampler(model, max_cache_len=512)
   out = sampler.generate(prompts, key=jax.random.key(0), max_new_tokens=6, temperature=0.0)
   for p, toks in zip(prompts, out.tokens):

@@ -152,8 +152,8 @@ def test_jax_backend_end_to_end_batch_matches_model_logprobs(tok):
   from models.qwen import Qwen
   from rti_jax.generation.jax_backend import JaxBackend
   from rti_jax.intervention import (InterventionConfig, InterventionRoles, NavigationRuleValidator,
-                                    NavigationRuleVerifier, PolicyCorrector, assemble_batch, intervene_groups)
-  from rti_jax.objectives import LossConfig, loss_from_batch, next_token_logprobs
+                                    NavigationRuleVerifier, PolicyCorrector, intervene_groups)
+  from rti_jax.objectives import LossConfig, assemble_batch, loss_from_batch, next_token_logprobs
 
   cfg = QwenConfig(model_type="qwen3", vocab_size=272, hidden_size=32, intermediate_size=48, num_layers=1,
                    num_heads=4, num_kv_heads=2, head_dim=8, max_position_embeddings=1024)

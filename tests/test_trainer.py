@@ -16,7 +16,9 @@ from transformers import Qwen3ForCausalLM
 from models.chat import build_tiny_tokenizer
 from rti_jax import reporting
 from rti_jax.config import load_config
-from rti_jax.trainer import TIMING_KEYS, Trainer, TaskSource, bucket_length, resolve_mesh_shape
+from rti_jax.envs.source import TaskSource
+from rti_jax.shapes import UPDATE_BUCKETS, bucket_length
+from rti_jax.trainer import TIMING_KEYS, Trainer, resolve_mesh_shape
 from trainer_fixtures import WORDS, LengthRewardEnv, write_random_qwen
 
 class ParityEnv(LengthRewardEnv):
@@ -99,18 +101,18 @@ def test_rti_on_navigation_triggers_intervention_for_all_fail_groups(tmp_path):
 
 
 def test_bucket_length_and_mesh_shape():
-  assert [bucket_length(n) for n in (1, 128, 129, 193, 257, 500, 513, 600, 1050, 1152)] == [
+  assert [bucket_length(n, **UPDATE_BUCKETS) for n in (1, 128, 129, 193, 257, 500, 513, 600, 1050, 1152)] == [
       128, 128, 192, 256, 384, 512, 640, 640, 1152, 1152]
   assert resolve_mesh_shape(-1, 1, 1, 8) == (8, 1, 1)
   assert resolve_mesh_shape(2, -1, 2, 8) == (2, 2, 2)
   with pytest.raises(ValueError, match="mesh"):
     resolve_mesh_shape(3, -1, 1, 8)
-  assert math.isfinite(bucket_length(10_000))
+  assert math.isfinite(bucket_length(10_000, **UPDATE_BUCKETS))
 
 
 def test_length_chunks_sort_cut_and_pad_rows():
   from rti_jax.objectives import RTIBatch
-  from rti_jax.trainer import length_chunks
+  from rti_jax.objectives import length_chunks
 
   rng = np.random.default_rng(0)
   lengths = np.asarray([9, 3, 17, 5, 12, 2, 30, 7])
@@ -210,7 +212,7 @@ def test_rl_exclude_keeps_listed_tasks_out_of_rollouts_but_not_out_of_validation
 
 def test_navigation_source_rl_exclude_listed_option():
   from rti_jax.config import ConfigError
-  from rti_jax.trainer import navigation_source
+  from rti_jax.envs.navigation.source import navigation_source
 
   assert navigation_source(load_config("navigation")).rl_exclude is None
   src = navigation_source(load_config("navigation", ["env.rl_exclude_listed=true"]))

@@ -1,7 +1,7 @@
 """Rollout-Time Intervention (paper Sec. 4.1-4.2, Algorithm 1): roles, pipeline, statistics.
 
 The data path: ``rollout.rollout_groups`` -> ``intervene_groups`` (only all-fail groups)
--> ``assemble_batch`` -> ``objectives.loss_from_batch``.
+-> ``objectives.assemble_batch`` -> ``objectives.loss_from_batch``.
 """
 
 from rti_jax.intervention.judges import (
@@ -22,7 +22,6 @@ from rti_jax.intervention.judges import (
 from rti_jax.intervention.pipeline import (
   InterventionConfig,
   InterventionRoles,
-  assemble_batch,
   group_all_failed,
   intervene_groups,
   make_roles,
@@ -46,7 +45,6 @@ __all__ = [
   "StepContext",
   "ValidatorJudgement",
   "VerifierJudgement",
-  "assemble_batch",
   "group_all_failed",
   "intervene_groups",
   "make_roles",

@@ -1,4 +1,4 @@
-"""Rollout-Time Intervention: Algorithm 1 lines 3-31 (Sec. 4.1-4.2) and the training batch.
+"""Rollout-Time Intervention: Algorithm 1 lines 3-31 (Sec. 4.1-4.2).
 
 Per task: G on-policy episodes (``rollout.rollout_groups``). Only if the whole group
 failed (max reward <= 0, line 5) is an intervened rollout run (lines 9-23): at every
@@ -11,7 +11,7 @@ a rejected one is discarded and the draft kept. If the intervened rollout reache
 reward 1 it replaces one failed member of the group (line 25); otherwise the group
 is unchanged (line 29).
 
-``assemble_batch`` turns groups into an ``objectives.RTIBatch`` that ``rti_loss`` /
+``objectives.assemble_batch`` then turns groups into an ``objectives.RTIBatch`` that ``rti_loss`` /
 ``loss_from_batch`` read directly. For intervened tokens ``old_logp`` is log pi_roll
 (the current policy on the rollout context, which is what the GRPO ratio of Eq. 2
 compares against); with reweighting off (rho = 1) ``cal_logp`` is set equal to
@@ -38,7 +38,7 @@ from rti_jax.intervention.judges import (
   feedback_message,
 )
 from rti_jax.intervention.stats import InterventionStats
-from rti_jax.objectives import RTIBatch, group_advantages, ppl_gate, sequence_perplexity
+from rti_jax.objectives import ppl_gate, sequence_perplexity
 from rti_jax.rollout import ChatFormatter, Episode, RolloutConfig, Trajectory, generate_turns, sampling_with_stops
 
 
@@ -399,56 +399,3 @@ def intervene_groups(
       out[n][0] = winners[0]
       stats.groups_replaced += 1
   return out, stats
-
-
-def assemble_batch(
-  groups: Sequence[Sequence[Trajectory]],
-  *,
-  pad_id: int = 0,
-  reweight: bool = True,
-  max_len: int | None = None,
-  pad_multiple: int = 1,
-  advantage_std: str = "population",
-) -> RTIBatch:
-  """Groups -> ``RTIBatch`` (consecutive rows per group, right padded).
-
-  Every field is ``[B, T]`` aligned with ``input_ids`` (``field[:, t]`` is about token t),
-  which is ``objectives.next_token_logprobs``' alignment. advantages: ``[B]`` (Eq. 1).
-  max_len: sequences longer than this are cut (their tail leaves the loss).
-  """
-  sizes = {len(g) for g in groups}
-  if len(sizes) != 1 or 0 in sizes:
-    raise ValueError(f"groups: expected equal, non-zero group sizes, got {sorted(sizes)}")
-  trajs = [t for g in groups for t in g]
-  longest = max(len(t.token_ids) for t in trajs)
-  T = longest if max_len is None else min(longest, max_len)
-  T = -(-T // pad_multiple) * pad_multiple
-  B = len(trajs)
-  ids = np.full((B, T), pad_id, np.int32)
-  attn = np.zeros((B, T), np.int32)
-  fields = {k: np.zeros((B, T), np.float32) for k in ("old_logp", "roll_logp", "cal_logp")}
-  loss_mask = np.zeros((B, T), np.int32)
-  iv = np.zeros((B, T), np.int32)
-  for b, t in enumerate(trajs):
-    a = t.arrays()
-    n = min(len(a["token_ids"]), T)
-    ids[b, :n] = a["token_ids"][:n]
-    attn[b, :n] = 1
-    loss_mask[b, :n] = a["loss_mask"][:n]
-    iv[b, :n] = a["intervened_mask"][:n] & a["loss_mask"][:n]
-    fields["old_logp"][b, :n] = a["behaviour_logp"][:n]
-    fields["roll_logp"][b, :n] = a["roll_logp"][:n]
-    fields["cal_logp"][b, :n] = a["cal_logp"][:n] if reweight else a["roll_logp"][:n]
-  rewards = np.asarray([t.reward for t in trajs], np.float32)
-  adv = group_advantages(jnp.asarray(rewards), len(groups[0]), std=advantage_std)
-  return RTIBatch(
-    input_ids=jnp.asarray(ids),
-    attention_mask=jnp.asarray(attn),
-    loss_mask=jnp.asarray(loss_mask),
-    old_logp=jnp.asarray(fields["old_logp"]),
-    advantages=adv,
-    roll_logp=jnp.asarray(fields["roll_logp"]),
-    cal_logp=jnp.asarray(fields["cal_logp"]),
-    intervened_mask=jnp.asarray(iv),
-  ).check()
-

@@ -1,4 +1,5 @@
-"""The training batch (one frozen pytree), the loss config, and the loss registry.
+"""The training batch (one frozen pytree), the loss config, the loss registry, and the host-side
+assembly of batches from trajectories (``assemble_batch``, ``length_chunks``).
 
 ``LOSSES[name](logp, batch, cfg)`` returns ``LossParts(numerator, denominator, metrics)``;
 ``loss = numerator / max(denominator, 1)``. Keeping the two parts lets a trainer sum them over
@@ -8,14 +9,18 @@ micro-batches and divide once, which reproduces the full-batch loss exactly.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rti_jax.objectives import _checks as C
 from rti_jax.objectives import baselines as BL
 from rti_jax.objectives import core
+
+if TYPE_CHECKING:
+  from rti_jax.rollout import Trajectory
 
 
 @jax.tree_util.register_dataclass
@@ -256,3 +261,113 @@ def loss_from_batch(logp: jax.Array, batch: RTIBatch, cfg: LossConfig) -> tuple[
     raise ValueError(f"logp: expected shape {batch.shape} (batch.input_ids), got {tuple(logp.shape)}")
   parts = get_loss(cfg.name)(logp, batch, cfg)
   return parts.numerator / jnp.maximum(parts.denominator, 1.0), parts.metrics
+
+
+# --- host-side assembly: trajectories -> RTIBatch, and length chunks of a batch ----------------
+
+def assemble_batch(
+  groups: Sequence[Sequence[Trajectory]],
+  *,
+  pad_id: int = 0,
+  reweight: bool = True,
+  max_len: int | None = None,
+  pad_multiple: int = 1,
+  advantage_std: str = "population",
+) -> RTIBatch:
+  """Groups -> ``RTIBatch`` (consecutive rows per group, right padded).
+
+  Every field is ``[B, T]`` aligned with ``input_ids`` (``field[:, t]`` is about token t),
+  which is ``objectives.next_token_logprobs``' alignment. advantages: ``[B]`` (Eq. 1).
+  max_len: sequences longer than this are cut (their tail leaves the loss).
+  """
+  sizes = {len(g) for g in groups}
+  if len(sizes) != 1 or 0 in sizes:
+    raise ValueError(f"groups: expected equal, non-zero group sizes, got {sorted(sizes)}")
+  trajs = [t for g in groups for t in g]
+  longest = max(len(t.token_ids) for t in trajs)
+  T = longest if max_len is None else min(longest, max_len)
+  T = -(-T // pad_multiple) * pad_multiple
+  B = len(trajs)
+  ids = np.full((B, T), pad_id, np.int32)
+  attn = np.zeros((B, T), np.int32)
+  fields = {k: np.zeros((B, T), np.float32) for k in ("old_logp", "roll_logp", "cal_logp")}
+  loss_mask = np.zeros((B, T), np.int32)
+  iv = np.zeros((B, T), np.int32)
+  for b, t in enumerate(trajs):
+    a = t.arrays()
+    n = min(len(a["token_ids"]), T)
+    ids[b, :n] = a["token_ids"][:n]
+    attn[b, :n] = 1
+    loss_mask[b, :n] = a["loss_mask"][:n]
+    iv[b, :n] = a["intervened_mask"][:n] & a["loss_mask"][:n]
+    fields["old_logp"][b, :n] = a["behaviour_logp"][:n]
+    fields["roll_logp"][b, :n] = a["roll_logp"][:n]
+    fields["cal_logp"][b, :n] = a["cal_logp"][:n] if reweight else a["roll_logp"][:n]
+  rewards = np.asarray([t.reward for t in trajs], np.float32)
+  adv = core.group_advantages(jnp.asarray(rewards), len(groups[0]), std=advantage_std)
+  return RTIBatch(
+    input_ids=jnp.asarray(ids),
+    attention_mask=jnp.asarray(attn),
+    loss_mask=jnp.asarray(loss_mask),
+    old_logp=jnp.asarray(fields["old_logp"]),
+    advantages=adv,
+    roll_logp=jnp.asarray(fields["roll_logp"]),
+    cal_logp=jnp.asarray(fields["cal_logp"]),
+    intervened_mask=jnp.asarray(iv),
+  ).check()
+
+
+def length_chunks(batch: RTIBatch, n: int, bucket: Callable[[int], int]) -> list[RTIBatch]:
+  """``batch``'s rows sorted by length (real tokens) and split into ``n`` equal-size chunks, each
+  cut and padded to ``bucket(its longest row)``; ``n = 1`` gives the whole batch padded to
+  ``bucket(longest row)``. Rows keep their advantages, so any row order gives the same loss."""
+  b = batch.input_ids.shape[0]
+  if n < 1 or b % n:
+    raise ValueError(f"length_chunks: expected a chunk count dividing the batch size {b}, got {n}")
+  lengths = np.asarray(batch.attention_mask).sum(axis=1)
+  order = np.argsort(lengths, kind="stable") if n > 1 else np.arange(b)
+  out = []
+  for rows in np.split(order, n):
+    t = bucket(int(lengths[rows].max()))
+
+    def take(x: Any, rows: np.ndarray = rows, t: int = t) -> Any:
+      if x is None:
+        return None
+      x = np.asarray(x)[rows]
+      return x[:, :t] if x.ndim == 2 else x
+
+    chunk = RTIBatch(**{f.name: take(getattr(batch, f.name)) for f in dataclasses.fields(batch)})
+    out.append(_pad_batch(chunk, t))
+  return out
+
+
+def combine_chunk_metrics(metrics: Sequence[dict[str, Any]]) -> dict[str, float]:
+  """Metrics of length chunks as those of the whole batch: token counts summed, ``cal_weight_mean``
+  weighted by intervened tokens, every other metric weighted by ``num_tokens`` (token means)."""
+  ms = [{k: float(v) for k, v in m.items()} for m in metrics]
+  out: dict[str, float] = {}
+  for key in ms[0]:
+    if key in ("num_tokens", "intervened_tokens"):
+      out[key] = sum(m[key] for m in ms)
+      continue
+    wkey = "intervened_tokens" if key == "cal_weight_mean" else "num_tokens"
+    w = np.asarray([m.get(wkey, 1.0) for m in ms])
+    vals = np.asarray([m[key] for m in ms])
+    out[key] = float((w * vals).sum() / w.sum()) if w.sum() > 0 else float(vals.mean())
+  return out
+
+
+def _pad_batch(batch: RTIBatch, length: int) -> RTIBatch:
+  """Right-pads every [B, T] field of ``batch`` to ``length`` (padding is masked out)."""
+  t = batch.input_ids.shape[1]
+  if t == length:
+    return batch
+  if t > length:
+    raise ValueError(f"batch: length {t} exceeds the bucket {length}")
+
+  def pad(x: Any) -> Any:
+    if x is None or x.ndim != 2:
+      return x
+    return jnp.pad(x, ((0, 0), (0, length - t)))
+
+  return RTIBatch(**{f.name: pad(getattr(batch, f.name)) for f in dataclasses.fields(batch)})

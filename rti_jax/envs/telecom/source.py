@@ -1,4 +1,4 @@
-"""tau2-Telecom as the trainer's ``TaskSource`` (mirrors ``rti_jax.trainer.navigation_source``).
+"""tau2-Telecom as the trainer's ``TaskSource`` (as ``rti_jax.envs.navigation.source`` is for Navigation).
 
 Train / test are the 74 / 40 base tasks of tau2-bench's split, train in ``rl_train_split``'s order
 (issue types spread evenly, so the trainer's validation split, its last ``train.val_tasks``, holds
@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rti_jax.config import ExperimentConfig
+from rti_jax.envs.source import TaskSource
 from rti_jax.envs.telecom.env import MAX_TURNS, TelecomEnv
 from rti_jax.envs.telecom.tasks import ISSUE_TYPES, TelecomTask, load_split, rl_train_split
 
@@ -39,8 +40,8 @@ def policy_for(policy_text: str) -> str | None:
   raise ValueError(f"env.policy_text: expected 'full' or 'condensed', got {policy_text!r}")
 
 
-def telecom_source(cfg: ExperimentConfig, policy: str | None = None) -> Any:
-  """The offline tau2-Telecom benchmark as a ``rti_jax.trainer.TaskSource``.
+def telecom_source(cfg: ExperimentConfig, policy: str | None = None) -> TaskSource:
+  """The offline tau2-Telecom benchmark as a ``TaskSource``.
 
   cfg: reads ``cfg.env.max_turns`` (1..30; the paper's protocol allows 30 assistant
     turns), ``cfg.env.seed`` (the scripted user's phrasing seed) and ``cfg.env.policy_text``
@@ -49,8 +50,6 @@ def telecom_source(cfg: ExperimentConfig, policy: str | None = None) -> Any:
     tiny model); None: ``cfg.env.policy_text`` decides ("full": the policy and tech-support
     manual; "condensed": ``condensed.CONDENSED_POLICY``).
   """
-  from rti_jax.trainer import TaskSource
-
   max_turns = int(cfg.env.max_turns)
   if not 1 <= max_turns <= MAX_TURNS:
     raise ValueError(f"cfg.env.max_turns: expected 1..{MAX_TURNS} for telecom, got {cfg.env.max_turns}")

@@ -1,0 +1,29 @@
+"""The offline Navigation benchmark as the trainer's ``TaskSource``."""
+
+from __future__ import annotations
+
+from rti_jax.config import ExperimentConfig
+from rti_jax.envs.source import TaskSource
+
+
+def navigation_source(cfg: ExperimentConfig) -> TaskSource:
+  """The offline Navigation benchmark as a ``TaskSource``."""
+  from rti_jax.envs import navigation
+  from rti_jax.envs.navigation.tasks import listed_alternative
+
+  bench = navigation.load_benchmark(
+      cfg.env.setting, num_train=cfg.env.num_train, num_test=cfg.env.num_test, seed=cfg.env.seed,
+      max_turns=cfg.env.max_turns,
+  )
+  world = bench.world
+  listed = lambda t: listed_alternative(world, t)  # noqa: E731
+  return TaskSource(
+      train=bench.train,
+      test=bench.test,
+      env_factory=lambda: navigation.NavigationEnv(world),
+      task_id=lambda t: t.task_id,
+      subsets={"disambiguation": lambda t: bool(t.needs_disambiguation), "listed_alternative": listed,
+               "research_only": lambda t: bool(t.needs_disambiguation) and not listed(t)},
+      domain="navigation",
+      rl_exclude=listed if cfg.env.rl_exclude_listed else None,
+  )
