@@ -99,7 +99,7 @@ def test_holdout_keeps_the_last_train_tasks_out_of_sft():
 
 def test_chain_recipe_matches_the_shipped_builds():
   """``--chain``'s stages are the commands recorded in the shipped policies' build.json, so the
-  chain rebuilds the default policy (build 11) from scratch."""
+  chain rebuilds the default policy (``policies/navigation_base``, its last stage) from scratch."""
   sys.path.insert(0, "experiments")
   import navigation_sft
 

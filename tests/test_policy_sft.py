@@ -396,8 +396,8 @@ def test_swap_names_uses_placeholders_and_needs_every_name_in_every_text():
 
 def test_sft_data_does_not_depend_on_the_string_hash_seed():
   """The SFT data (mix, name drills, swapped episodes) is the same in processes with different
-  PYTHONHASHSEED: no set iteration order leaks into it (it used to, through equal-length stop names
-  in ``name_swap_examples``, so two builds with the same seed trained on different drills)."""
+  PYTHONHASHSEED: no set iteration order leaks into it (a set of equal-length stop names iterated in
+  ``name_swap_examples`` would make two builds with the same seed train on different drills)."""
   import os
   import subprocess
   import sys

@@ -200,8 +200,8 @@ def test_grads_of_row_chunks_then_apply_equal_the_step() -> None:
 @pytest.mark.parametrize("micro_batches", [1, 2])
 def test_bf16_step_keeps_state_dtypes_and_compiles_once(micro_batches: int) -> None:
   """bf16 parameters: the step's output state has the input's dtypes, so step 2 reuses step 1's
-  executable and the donated buffers (the fp32 loss scale used to promote the gradients and the
-  Adam moments of bf16 parameters to fp32 after the first step)."""
+  executable and the donated buffers (an fp32 loss scale would promote the gradients and the Adam
+  moments of bf16 parameters to fp32 after the first step, and step 2 would compile again)."""
   import jax.numpy as jnp
 
   model = _TinyLM(nnx.Rngs(3), param_dtype=jnp.bfloat16)
