@@ -96,7 +96,7 @@ def test_probe_matches_transformers(shipped):
     np.testing.assert_allclose(got["p_check_odd"], np.mean([ref(t, "oracle", "Check: ") for t in need]), rtol=2e-3, atol=1e-6)
     np.testing.assert_allclose(got["p_check_all_plain"], np.mean([ref(t, "oracle", "Check: ") for t in plain]),
                                rtol=2e-3, atol=1e-6)
-    # The check line tells the two kinds of result apart (what build 7 could not: docs/tiny_policy.md).
+    # The check line tells the two kinds of result apart (a policy without it cannot: docs/tiny_policy.md).
     assert got["p_check_odd"] > 0.5 and got["p_check_all_plain"] > 0.5
   else:
     assert "p_check_odd" not in got

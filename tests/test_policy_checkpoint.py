@@ -70,11 +70,10 @@ def test_behaviour_shape_on_test_tasks(bench, policy):
 
 
 def test_shipped_build_copies_coordinates_and_reads_names_teacher_forced():
-  """The build's measured properties (model card): given the right name, it copies that place's
-  coordinate out of the tool results; its searches read the request's names, and the direction
-  call's names follow the results more often than not (experiments/name_copy_check.py on
-  episodes of the 40 train tasks the build held out; measured on these 6 with build 7: coordinates
-  20/20, search names 19/20, a request name 20/20, first search 6/6, names after the results 20/20)."""
+  """The shipped policy's properties (its model card): given the right name, it copies that
+  place's coordinate out of the tool results; its searches read the request's names, and the
+  direction call's names follow the results more often than not (experiments/name_copy_check.py
+  on episodes of the 40 train tasks held out of its SFT data)."""
   import importlib.util
   import pathlib
 
@@ -89,4 +88,4 @@ def test_shipped_build_copies_coordinates_and_reads_names_teacher_forced():
   assert out["search names"]["argmax is a request name"] >= 0.8
   assert out["search names"]["copied"] >= 0.8  # a random one of the request's 2-4 names: ~0.35
   assert out["per search (copied)"]["search 1"] >= 0.8
-  assert out["names after results"]["copied"] >= 0.85  # build 3: 0.23, build 5: 0.48, build 6: 0.8
+  assert out["names after results"]["copied"] >= 0.85
