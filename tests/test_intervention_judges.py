@@ -26,8 +26,11 @@ from rti_jax.intervention import (
 )
 from rti_jax.intervention.judges import corrector_prompt, feedback_message, render, validator_prompt, verifier_prompt
 from rti_jax.intervention.testing import (
+  CORRECTOR_MARKER,
   FEEDBACK_MARKER,
   NAV_TOOLS,
+  VALIDATOR_MARKER,
+  VERIFIER_MARKER,
   MiniNavEnv,
   MiniNavScript,
   ScriptedPolicy,
@@ -113,15 +116,16 @@ def test_templates_render_completely(domain):
     assert not re.search(r"\$[a-z_]+", p), p  # every placeholder was filled
     assert "DRAFT-TEXT" in p
   v, c, r = prompts
-  assert "Output JSON" in v and '"is_valid"' in v and '"suggest_next"' in v
-  assert "DIAG" in c and "SUGGEST" in c and '"tool_calls"' in c and "style reference" in c.lower()
+  assert v.startswith(VALIDATOR_MARKER) and c.startswith(CORRECTOR_MARKER) and r.startswith(VERIFIER_MARKER)
+  assert "JSON object" in v and '"is_valid"' in v and '"suggest_next"' in v
+  assert "DIAG" in c and "SUGGEST" in c and '"tool_calls"' in c and "imitate its voice" in c
   assert "CORRECTED-TEXT" in r and '"ok"' in r
   if domain == "navigation":
     assert "121.5409,25.0533" in v and "121.5409,25.0533" in c
     assert "121.5409,25.0533" not in r  # the Navigation Verifier sees visible information only
-    assert "Hard Rules" in v and "silent calibrator" in c and "not_derivable" in r
+    assert "Rules the agent was given" in v and "route-planning" in c and "not_derivable" in r
   else:
-    assert "every required action is done" in v and "toggle_data" in v and "$500" in r
+    assert "every required action is done" in v and "toggle_data" in v and "$120" in r
     assert ("USER_SIDE_DEVICE_ACTION" in v and '["toggle_data", "reboot_device"]' in v) == (domain == "telecom")
     assert ("MISSING_CONFIRMATION" in v) == (domain in ("retail", "airline"))
 
@@ -144,19 +148,19 @@ class JudgeScript:
     self.corrector_json = corrector_json
 
   def __call__(self, prompt: str) -> str:
-    if "trajectory supervisor" in prompt:
-      current = prompt.split("[Current Response]", 1)[1].split("[Hard Rules]", 1)[0]
+    if VALIDATOR_MARKER in prompt:
+      current = prompt.split("## Proposed step", 1)[1].split("## Rules", 1)[0]
       bad = "116.3971,39.9169" in current  # the Beijing temple
       verdict = {"is_valid": not bad, "error_types": ["premature_direction"] if bad else [],
                  "diagnosis": "Yixing Temple was found in Beijing, far from the parks in Taipei." if bad else "ok",
                  "suggest_next": "Search Yixing Temple again in Taipei." if bad else ""}
       return "<think>\nchecking\n</think>\n```json\n" + json.dumps(verdict) + "\n```"
-    if "silent calibrator" in prompt:
+    if CORRECTOR_MARKER in prompt:
       return self.corrector_json or json.dumps({
         "reasoning": "The temple result is far from the other stops; search it in Taipei.",
         "tool_calls": [{"name": "poi_search", "arguments": {"address": "Yixing Temple", "region": "Taipei"}}],
         "content": ""})
-    if "post-checker" in prompt:
+    if VERIFIER_MARKER in prompt:
       return 'Verdict: {"ok": true, "reasons": [], "diagnosis": "derivable"} (end)'
     raise AssertionError(f"unexpected judge prompt: {prompt[:200]}")
 
@@ -191,9 +195,9 @@ def test_separate_intervening_model_corrects_through_the_pipeline(tok):
                        '<tool_call>\n{"name": "poi_search", "arguments": {"address": "Yixing Temple", "region": "Taipei"}}'
                        '\n</tool_call>')
   # The policy generated only its own drafts; the judge got every role prompt.
-  assert all("trajectory supervisor" not in c for c in policy.calls[n_policy:])
+  assert all(VALIDATOR_MARKER not in c for c in policy.calls[n_policy:])
   assert stats.steps_total == 4  # search, corrected re-search, direction, answer
-  assert sum("trajectory supervisor" in c for c in judge.calls) == stats.steps_total  # one Validator call per step
+  assert sum(VALIDATOR_MARKER in c for c in judge.calls) == stats.steps_total  # one Validator call per step
   # log pi_roll and log pi_cal are the POLICY's scores under p_roll and p_cal (Eq. 5), not the judge's
   a = traj.arrays()
   ids = a["token_ids"][turn.start:turn.end]
@@ -221,7 +225,7 @@ def test_make_roles_self_intervention_and_separate_endpoint(tok):
                     (), NAV_EVIDENCE, "navigation")
   own = make_roles("llm", policy, fmt, sampling)  # self-intervention: the policy judges
   assert not own.validator.validate([ctx])[0].is_valid
-  assert "trajectory supervisor" in policy.calls[-1] and "# Tools" not in policy.calls[-1]  # judge prompt has no tool block
+  assert VALIDATOR_MARKER in policy.calls[-1] and "# Tools" not in policy.calls[-1]  # judge prompt has no tool block
   judge = ScriptedPolicy(tok, JudgeScript(), scripted_logp())
   n = len(policy.calls)
   other = make_roles("llm", policy, fmt, sampling, judge=judge, judge_formatter=ChatFormatter(tok), corrector="llm")
@@ -280,5 +284,5 @@ def test_templates_with_the_real_telecom_evidence():
     assert not re.search(r"\$[a-z_]+", p)
   assert ev["completion_note"] in v and json.dumps(ev["agent_actions"], ensure_ascii=False) in v
   assert json.dumps(ev["user_actions"], ensure_ascii=False) in v
-  assert json.dumps(list(ev["user_side_tools"]), ensure_ascii=False) in v and "USER_SIDE_DEVICE_ACTIONS" in c
+  assert json.dumps(list(ev["user_side_tools"]), ensure_ascii=False) in v and "User-side tools" in c
   assert json.dumps(ev["evaluation_criteria"], ensure_ascii=False) in r  # the tau2 Verifier sees the criteria

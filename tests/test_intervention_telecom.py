@@ -44,7 +44,8 @@ from rti_jax.intervention.rules_telecom import (
   USER_SIDE_DEVICE_ACTION,
 )
 from rti_jax.intervention.stats import InterventionStats
-from rti_jax.intervention.testing import FEEDBACK_MARKER, ScriptedPolicy, byte_tokenizer, scripted_logp
+from rti_jax.intervention.testing import (CORRECTOR_MARKER, FEEDBACK_MARKER, VALIDATOR_MARKER, VERIFIER_MARKER, ScriptedPolicy,
+                                         byte_tokenizer, scripted_logp)
 from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
 
 VALIDATOR = TelecomRuleValidator()
@@ -504,13 +505,13 @@ D1_CORRECTOR_JSON = json.dumps({"reasoning": D1_CORRECTED.split("<think>\n")[1].
 
 def _judge_script(prompt: str) -> str:
   """A judge model answering the App. A.1 tau2 templates as the paper's App. D.1 reports."""
-  if "trajectory supervisor" in prompt:
-    current = prompt.split("[Current Response]", 1)[1].split("[Required actions", 1)[0]
+  if VALIDATOR_MARKER in prompt:
+    current = prompt.split("## Proposed step", 1)[1].split("## What the task still needs", 1)[0]
     flagged = "tool_call" in current and "check_network_status" in current
     return D1_VALIDATOR_JSON if flagged else '{"is_valid": true, "error_types": [], "diagnosis": "ok", "suggest_next": ""}'
-  if "silent calibrator" in prompt:
+  if CORRECTOR_MARKER in prompt:
     return "<think>\nThe draft calls a device tool.\n</think>\n" + D1_CORRECTOR_JSON
-  if "faithfulness inspector" in prompt:
+  if VERIFIER_MARKER in prompt:
     return '{"ok": true, "reasons": [], "diagnosis": "leakage: none; hallucinated_tool_result: none"}'
   return ""
 
@@ -536,7 +537,7 @@ def test_llm_roles_with_the_tau2_templates_on_telecom():
   assert traj.messages[traj.messages.index({"role": "assistant", "content": fixed}) + 1]["content"].startswith(
     "I ran check_network_status:")
   assert traj.reward == 1.0
-  prompts = [c for c in judge_model.calls if "trajectory supervisor" in c]
+  prompts = [c for c in judge_model.calls if VALIDATOR_MARKER in c]
   assert prompts and all("USER_SIDE_DEVICE_ACTION" in c and "toggle_airplane_mode" in c for c in prompts)
 
 

@@ -354,6 +354,11 @@ def last_tool_results(prompt_text: str) -> list[dict[str, Any]]:
 
 
 FEEDBACK_MARKER = "A supervisor reviewed your planned next step"
+# The opening words of the Validator, Corrector and Verifier prompts (both prompt families), by which a
+# scripted judge tells which role it is asked to play.
+VALIDATOR_MARKER = "Role: step reviewer"
+CORRECTOR_MARKER = "Role: hidden editor"
+VERIFIER_MARKER = "Role: final checker"
 
 
 class MiniNavScript:
