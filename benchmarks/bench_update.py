@@ -4,7 +4,7 @@ Times ``sharding.make_train_step(...).step`` (forward, Eq. 7 loss, backward, Ada
 token batches of ``[B, T]`` for the tiny Navigation policy, first call (with compile) and the
 median of the next ``--iters`` calls, and prints the cost ratio of each length to the shortest.
 This is the trainer's update stage without rollouts: it shows how the cost of an iteration
-scales with episode length (the system prompt is ~400 of the ~900 tokens of an episode). Usage:
+scales with episode length (every episode starts with the 174-token system prompt). Usage:
 
   python benchmarks/bench_update.py                       # B = 64, T in 512 768 1024 1536
   python benchmarks/bench_update.py --lengths 512 1024 --iters 3
