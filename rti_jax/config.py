@@ -7,17 +7,31 @@ A config is built in three layers, later ones winning::
 OmegaConf checks types against the dataclass schema (an unknown key or a string
 where a float belongs is an error naming the key); ``validate`` then checks value
 ranges and choices. Every error is a ``ConfigError`` that names the offending key.
+
+The library's runtime configs (``objectives.LossConfig``, ``rollout.RolloutConfig``,
+``pipeline.InterventionConfig``) are built from an ``ExperimentConfig`` here and only here
+(``loss_config``, ``rollout_config``, ``intervention_config``). Where a setting is theirs, the
+schema's default is read from them and their own checks are the validation (``validate`` builds
+them and names the YAML key of any field they reject), so each default and each range is
+written once. Choice lists are imported from the modules that define them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import pathlib
+import re
 from typing import Any, Optional, Sequence
 
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+
+from rti_jax import objectives
+from rti_jax.generation.base import SamplingParams
+from rti_jax.intervention import pipeline
+from rti_jax import rollout as rollout_lib
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parent.parent / "configs"
 
@@ -56,17 +70,22 @@ class EnvConfig:
   policy_text: str = "full"
 
 
+_ROLLOUT = rollout_lib.RolloutConfig()  # the runtime defaults the schema reads
+_LOSS = objectives.LossConfig()
+_INTERVENTION = pipeline.InterventionConfig()
+
+
 @dataclasses.dataclass
 class RolloutConfig:
-  """Stage 1 of Algorithm 1: on-policy groups."""
+  """Stage 1 of Algorithm 1: on-policy groups (builds ``rollout.RolloutConfig``)."""
 
   tasks_per_iter: int = 8
-  group_size: int = 8  # G
-  temperature: float = 0.8
-  top_p: float = 1.0
-  top_k: int = 0
-  max_new_tokens: int = 64  # per assistant turn
-  max_context: int = 1024  # prompt + all turns
+  group_size: int = _ROLLOUT.group_size  # G
+  temperature: float = _ROLLOUT.sampling.temperature
+  top_p: float = _ROLLOUT.sampling.top_p
+  top_k: int = _ROLLOUT.sampling.top_k
+  max_new_tokens: int = _ROLLOUT.sampling.max_new_tokens  # per assistant turn
+  max_context: int = _ROLLOUT.max_context_tokens  # prompt + all turns
   # > 0: the jax sampler keeps each row's KV (MiB in all) and the next turn prefills only what follows
   # (models.sampler.Sampler prefix_cache_bytes; for long multi-turn episodes: Telecom). 0: every turn
   # prefills the whole context (the Navigation runs' setting).
@@ -78,31 +97,33 @@ class RolloutConfig:
 
 @dataclasses.dataclass
 class InterventionConfig:
-  """Stage 2 of Algorithm 1 (only for all-fail groups) and its ablation switches."""
+  """Stage 2 of Algorithm 1 (only for all-fail groups) and its ablation switches (builds
+  ``pipeline.InterventionConfig``; ``eps_cal`` goes to ``objectives.LossConfig``)."""
 
-  enabled: bool = True
+  enabled: bool = _INTERVENTION.enabled
   validator: str = "rules"  # rules | llm
   verifier: str = "rules"  # rules | llm | off  ("w/o Post-Check")
-  delta: float = 5.0  # PPL gate threshold (Eq. 4); inf = gate off, 0 = reject all
-  reweight: bool = True  # False = rho_cal == 1 ("w/o Reweight")
-  eps_cal: float = 0.2  # Eq. 6
+  delta: float = _INTERVENTION.ppl_delta  # PPL gate threshold (Eq. 4); inf = gate off, 0 = reject all
+  reweight: bool = _INTERVENTION.reweight  # False = rho_cal == 1 ("w/o Reweight")
+  eps_cal: float = _LOSS.eps_cal  # Eq. 6
   intervener_url: Optional[str] = None  # None = self-intervention by the policy
-  max_attempts: int = 1  # intervened rollouts tried per all-fail group
-  correction_attempts: int = 1  # Corrector samples tried per flagged step (redrawn when a check rejects one)
+  max_attempts: int = _INTERVENTION.num_intervened_rollouts  # intervened rollouts tried per all-fail group
+  # Corrector samples tried per flagged step (redrawn when a check rejects one)
+  correction_attempts: int = _INTERVENTION.correction_attempts
 
 
 @dataclasses.dataclass
 class LossConfig:
-  """The policy objective (Eq. 2 / Eq. 7) and its conventions."""
+  """The policy objective (Eq. 2 / Eq. 7) and its conventions (builds ``objectives.LossConfig``)."""
 
-  method: str = "rti"  # grpo | rti (baselines: gspo | aepo | luffy | opd)
-  clip_low: float = 0.2  # eps_clip
-  clip_high: float = 0.2
-  dual_clip: Optional[float] = None
-  beta: float = 0.0  # KL coefficient (Eq. 2)
-  kl_kind: str = "k3"
-  aggregation: str = "seq-mean-token-mean"
-  adv_std: str = "population"  # population (Eq. 1) | unbiased | none
+  method: str = _LOSS.name  # grpo | rti (baselines: gspo | aepo | luffy | opd)
+  clip_low: float = _LOSS.clip_low  # eps_clip
+  clip_high: float = _LOSS.clip_high
+  dual_clip: Optional[float] = _LOSS.dual_clip
+  beta: float = _LOSS.beta  # KL coefficient (Eq. 2)
+  kl_kind: str = _LOSS.kl_kind
+  aggregation: Optional[str] = _LOSS.agg  # None: the method's own (objectives.LossConfig.agg)
+  adv_std: str = inspect.signature(objectives.assemble_batch).parameters["advantage_std"].default  # (Eq. 1)
 
 
 @dataclasses.dataclass
@@ -110,10 +131,10 @@ class BaselinesConfig:
   """Settings of the baselines (loss.method gspo | aepo | opd | luffy); see ``rti_jax.baselines``."""
 
   teacher_path: Optional[str] = None  # OPD teacher: an HF checkpoint sharing the policy's tokenizer
-  opd_coef: float = 1.0  # weight of the per-token reverse-KL term folded into the advantage
+  opd_coef: float = _LOSS.opd_coef  # weight of the per-token reverse-KL term folded into the advantage
   luffy_when: str = "all_fail"  # all_fail (RTI paper App. C.3) | always (LUFFY paper): groups given a demo
-  luffy_gamma: float = 0.1  # policy-shaping f(p) = p / (p + gamma) of off-policy tokens
-  aepo_alpha: float = 0.2  # entropy-aware advantage scale
+  luffy_gamma: float = _LOSS.luffy_gamma  # policy-shaping f(p) = p / (p + gamma) of off-policy tokens
+  aepo_alpha: float = _LOSS.aepo_alpha  # entropy-aware advantage scale
   # AEPO's entropy-balanced branching rollout (rti_jax/aepo_rollout.py); used when loss.method=aepo
   aepo_branching: bool = True  # false: plain rollout_groups (the update half only)
   aepo_alloc_beta: float = 1.0  # m = clip(round(G * sigmoid(beta * (H_root - H_tool))), 1, G) global rollouts
@@ -122,8 +143,8 @@ class BaselinesConfig:
   aepo_branch_penalty: float = 0.5  # consecutive branch penalty, in [0, 1]
   aepo_entropy: str = "exact"  # step entropy: exact (policy forward pass) | surprisal (-logprob of the samples)
   aepo_entropy_tokens: int = 20  # the step entropy averages the first this-many tokens of a turn
-  gspo_clip_low: float = 3e-4  # GSPO's sequence-level clip range
-  gspo_clip_high: float = 4e-4
+  gspo_clip_low: float = _LOSS.gspo_clip_low  # GSPO's sequence-level clip range
+  gspo_clip_high: float = _LOSS.gspo_clip_high
 
 
 @dataclasses.dataclass
@@ -174,7 +195,6 @@ class ExperimentConfig:
   """A whole experiment."""
 
   name: str = "navigation"
-  out_dir: str = "runs"
   policy: PolicyConfig = dataclasses.field(default_factory=PolicyConfig)
   env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
   rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
@@ -195,10 +215,10 @@ _CHOICES = {
     "env.policy_text": ("full", "condensed"),
     "intervention.validator": ("rules", "llm"),
     "intervention.verifier": ("rules", "llm", "off"),
-    "loss.method": ("grpo", "rti", "gspo", "aepo", "luffy", "opd"),
-    "loss.kl_kind": ("k1", "abs", "k2", "k3", "low_var_kl"),
-    "loss.aggregation": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
-    "loss.adv_std": ("population", "unbiased", "none"),
+    "loss.method": tuple(objectives.LOSSES),
+    "loss.kl_kind": objectives.KL_KINDS,
+    "loss.aggregation": (None, *objectives.AGG_MODES),
+    "loss.adv_std": objectives.ADVANTAGE_STDS,
     "baselines.luffy_when": ("all_fail", "always"),
 }
 
@@ -221,7 +241,6 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       "rollout.max_new_tokens", "rollout.max_context", "train.iterations", "train.eval_every",
       "train.eval_samples", "train.checkpoint_every", "train.keep_checkpoints", "optim.minibatches",
       "optim.length_chunks",
-      "intervention.max_attempts", "intervention.correction_attempts",
   ]
   for key in positive_ints:
     if _get(cfg, key) < 1:
@@ -238,19 +257,6 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     raise ConfigError("rollout.sglang_url: required when rollout.backend=sglang (e.g. http://127.0.0.1:30000)")
   if cfg.rollout.group_size < 2:
     raise ConfigError(f"rollout.group_size: GRPO needs at least 2 samples per group, got {cfg.rollout.group_size}")
-  if not cfg.rollout.temperature >= 0:
-    raise ConfigError(f"rollout.temperature: expected >= 0, got {cfg.rollout.temperature}")
-  if not 0 < cfg.rollout.top_p <= 1:
-    raise ConfigError(f"rollout.top_p: expected in (0, 1], got {cfg.rollout.top_p}")
-  for key in ("loss.clip_low", "loss.clip_high", "intervention.eps_cal"):
-    if not 0 <= _get(cfg, key) < 1:
-      raise ConfigError(f"{key}: expected in [0, 1), got {_get(cfg, key)}")
-  if cfg.loss.dual_clip is not None and not cfg.loss.dual_clip > 1:
-    raise ConfigError(f"loss.dual_clip: expected > 1 or null, got {cfg.loss.dual_clip}")
-  if not (cfg.intervention.delta >= 0 or math.isinf(cfg.intervention.delta)):
-    raise ConfigError(f"intervention.delta: expected >= 0 (inf allowed), got {cfg.intervention.delta}")
-  if cfg.loss.beta < 0:
-    raise ConfigError(f"loss.beta: expected >= 0, got {cfg.loss.beta}")
   if not cfg.optim.lr > 0:
     raise ConfigError(f"optim.lr: expected > 0, got {cfg.optim.lr}")
   for key in ("mesh.data", "mesh.fsdp", "mesh.tensor"):
@@ -258,15 +264,9 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       raise ConfigError(f"{key}: expected a positive size or -1, got {_get(cfg, key)}")
   if sum(_get(cfg, k) == -1 for k in ("mesh.data", "mesh.fsdp", "mesh.tensor")) > 1:
     raise ConfigError("mesh: at most one axis may be -1")
-  # --- baselines ---
   if cfg.loss.method == "opd" and not cfg.baselines.teacher_path:
     raise ConfigError("baselines.teacher_path: expected a teacher checkpoint dir for loss.method=opd, got None "
                       "(make one with experiments/navigation_sft.py --resolve-share 1.0 --policy-dir <dir>)")
-  for key in ("baselines.opd_coef", "baselines.aepo_alpha"):
-    if not _get(cfg, key) >= 0:
-      raise ConfigError(f"{key}: expected >= 0, got {_get(cfg, key)}")
-  if not cfg.baselines.luffy_gamma > 0:
-    raise ConfigError(f"baselines.luffy_gamma: expected > 0, got {cfg.baselines.luffy_gamma}")
   b = cfg.baselines
   if b.aepo_entropy not in ("exact", "surprisal"):
     raise ConfigError(f"baselines.aepo_entropy: expected one of ['exact', 'surprisal'], got {b.aepo_entropy!r}")
@@ -279,10 +279,71 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     raise ConfigError(f"baselines.aepo_branch_penalty: expected in [0, 1], got {b.aepo_branch_penalty}")
   if b.aepo_entropy_tokens < 1:
     raise ConfigError(f"baselines.aepo_entropy_tokens: expected an integer >= 1, got {b.aepo_entropy_tokens!r}")
-  if not (0 <= cfg.baselines.gspo_clip_low < 1 and cfg.baselines.gspo_clip_high >= 0):
-    raise ConfigError(f"baselines.gspo_clip_low/high: expected low in [0, 1) and high >= 0, got "
-                      f"{cfg.baselines.gspo_clip_low}, {cfg.baselines.gspo_clip_high}")
+  runtime_configs(cfg)  # the runtime classes' own checks, reported by YAML key
   return cfg
+
+
+#: Runtime field -> the YAML key it is built from (to name the key when a runtime check fails).
+_RUNTIME_KEYS: dict[str, dict[str, str]] = {
+    "LossConfig": {"name": "loss.method", "clip_low": "loss.clip_low", "clip_high": "loss.clip_high",
+                   "dual_clip": "loss.dual_clip", "eps_cal": "intervention.eps_cal", "beta": "loss.beta",
+                   "kl_kind": "loss.kl_kind", "agg": "loss.aggregation",
+                   "gspo_clip_low": "baselines.gspo_clip_low", "gspo_clip_high": "baselines.gspo_clip_high",
+                   "luffy_gamma": "baselines.luffy_gamma", "opd_coef": "baselines.opd_coef",
+                   "aepo_alpha": "baselines.aepo_alpha"},
+    "SamplingParams": {"max_new_tokens": "rollout.max_new_tokens", "temperature": "rollout.temperature",
+                       "top_p": "rollout.top_p", "top_k": "rollout.top_k"},
+    "RolloutConfig": {"group_size": "rollout.group_size", "max_context_tokens": "rollout.max_context"},
+    "InterventionConfig": {"ppl_delta": "intervention.delta", "num_intervened_rollouts": "intervention.max_attempts",
+                           "correction_attempts": "intervention.correction_attempts"},
+}
+
+
+def _build(cls: Any, **kwargs: Any) -> Any:
+  """``cls(**kwargs)``; a ValueError from its checks becomes a ``ConfigError`` naming the YAML key."""
+  try:
+    return cls(**kwargs)
+  except (ValueError, TypeError) as e:
+    msg = str(e)
+    keys = _RUNTIME_KEYS.get(cls.__name__, {})
+    field = max((f for f in keys if re.search(rf"\b{f}\b", msg)), key=len, default=None)
+    raise ConfigError(f"{keys[field] if field else cls.__name__}: {msg}") from None
+
+
+def loss_config(cfg: ExperimentConfig) -> objectives.LossConfig:
+  """The jitted step's ``objectives.LossConfig`` of ``cfg``."""
+  b = cfg.baselines
+  return _build(objectives.LossConfig, name=cfg.loss.method, clip_low=cfg.loss.clip_low,
+                clip_high=cfg.loss.clip_high, dual_clip=cfg.loss.dual_clip, eps_cal=cfg.intervention.eps_cal,
+                beta=cfg.loss.beta, kl_kind=cfg.loss.kl_kind, agg=cfg.loss.aggregation,
+                gspo_clip_low=b.gspo_clip_low, gspo_clip_high=b.gspo_clip_high, luffy_gamma=b.luffy_gamma,
+                opd_coef=b.opd_coef, aepo_alpha=b.aepo_alpha)
+
+
+def sampling_params(cfg: ExperimentConfig) -> SamplingParams:
+  """The policy's sampling settings of ``cfg`` (rollouts, Corrector and evaluation)."""
+  r = cfg.rollout
+  return _build(SamplingParams, max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
+                top_k=r.top_k)
+
+
+def rollout_config(cfg: ExperimentConfig) -> rollout_lib.RolloutConfig:
+  """Stage 1's ``rollout.RolloutConfig`` of ``cfg``."""
+  return _build(rollout_lib.RolloutConfig, group_size=cfg.rollout.group_size, sampling=sampling_params(cfg),
+                max_context_tokens=cfg.rollout.max_context)
+
+
+def intervention_config(cfg: ExperimentConfig, domain: str = "navigation") -> pipeline.InterventionConfig:
+  """Stage 2's ``pipeline.InterventionConfig`` of ``cfg`` for a benchmark's rule/prompt ``domain``."""
+  i = cfg.intervention
+  return _build(pipeline.InterventionConfig, enabled=cfg.loss.method == "rti" and i.enabled,
+                verifier_enabled=i.verifier != "off", ppl_delta=i.delta, reweight=i.reweight,
+                num_intervened_rollouts=i.max_attempts, correction_attempts=i.correction_attempts, domain=domain)
+
+
+def runtime_configs(cfg: ExperimentConfig, domain: str = "navigation") -> tuple[Any, Any, Any]:
+  """``(loss_config, rollout_config, intervention_config)`` of ``cfg``."""
+  return loss_config(cfg), rollout_config(cfg), intervention_config(cfg, domain)
 
 
 def load_config(name_or_path: str | None = None, overrides: Sequence[str] = ()) -> ExperimentConfig:

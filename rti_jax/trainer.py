@@ -40,13 +40,14 @@ from tqdm.auto import tqdm
 
 from rti_jax import aepo_rollout, baselines, objectives, reporting
 from rti_jax.checkpoint import TrainCheckpointer
+from rti_jax import config as config_lib
 from rti_jax.config import ExperimentConfig
 from rti_jax.envs.source import TaskSource, task_source
-from rti_jax.generation.base import GenerationBackend, SamplingParams
+from rti_jax.generation.base import GenerationBackend
 from rti_jax.intervention import judges
 from rti_jax.intervention import pipeline
 from rti_jax.metrics import paper_summary
-from rti_jax.rollout import ChatFormatter, RolloutConfig, Trajectory, rollout_groups, turn_counts
+from rti_jax.rollout import ChatFormatter, Trajectory, rollout_groups, turn_counts
 from rti_jax.shapes import UPDATE_BUCKETS, bucket_length
 from rti_jax.sharding import ShardedTrainStep, TrainState, make_mesh, make_train_step
 
@@ -122,33 +123,14 @@ class Trainer:
     else:
       self.backend = JaxBackend(self.model, max_cache_len=cfg.rollout.max_context, pad_id=self.pad_id,
                                 prefix_cache_bytes=cfg.rollout.prefix_cache_mb << 20)
-    self.sampling = SamplingParams(
-        max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
-        top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
-    )
-    self.rollout_config = RolloutConfig(
-        group_size=cfg.rollout.group_size, sampling=self.sampling, max_context_tokens=cfg.rollout.max_context,
-    )
-    self.intervention_config = pipeline.InterventionConfig(
-        enabled=cfg.loss.method == "rti" and cfg.intervention.enabled,
-        verifier_enabled=cfg.intervention.verifier != "off",
-        ppl_delta=cfg.intervention.delta,
-        reweight=cfg.intervention.reweight,
-        num_intervened_rollouts=cfg.intervention.max_attempts,
-        correction_attempts=cfg.intervention.correction_attempts,
-        domain=self.source.domain,
-    )
+    self.sampling = config_lib.sampling_params(cfg)
+    self.rollout_config = config_lib.rollout_config(cfg)
+    self.intervention_config = config_lib.intervention_config(cfg, self.source.domain)
     self.roles = self._build_roles()
     # Mesh-sharded, jitted update of the configured loss (Eq. 2 / Eq. 7).
     shape = resolve_mesh_shape(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, jax.device_count())
     self.mesh = make_mesh(*shape)
-    self.loss_config = objectives.LossConfig(
-        name=cfg.loss.method, clip_low=cfg.loss.clip_low, clip_high=cfg.loss.clip_high,
-        dual_clip=cfg.loss.dual_clip, eps_cal=cfg.intervention.eps_cal, beta=cfg.loss.beta,
-        kl_kind=cfg.loss.kl_kind, agg=cfg.loss.aggregation,
-        gspo_clip_low=cfg.baselines.gspo_clip_low, gspo_clip_high=cfg.baselines.gspo_clip_high,
-        luffy_gamma=cfg.baselines.luffy_gamma, opd_coef=cfg.baselines.opd_coef, aepo_alpha=cfg.baselines.aepo_alpha,
-    )
+    self.loss_config = config_lib.loss_config(cfg)
     o = cfg.optim
     self.tx = optax.chain(
         optax.clip_by_global_norm(o.max_grad_norm),
@@ -324,7 +306,8 @@ class Trainer:
       dp = self.train_step.data_parallel_degree
       n = max((c for c in range(1, self.cfg.optim.length_chunks + 1) if rows % c == 0 and (rows // c) % dp == 0),
               default=1)
-      chunks = objectives.length_chunks(batch, n, lambda length: bucket_length(min(length, max_len), **UPDATE_BUCKETS))
+      bucket = lambda length: bucket_length(min(length, max_len), **UPDATE_BUCKETS)  # noqa: E731
+      chunks = objectives.length_chunks(batch, n, bucket)
       if len(chunks) == 1:
         self.state, out = self.train_step.step(self.state, self._device_batch(chunks[0], sampling_params))
         vals = {"loss": out.loss, **out.metrics}

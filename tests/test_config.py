@@ -37,6 +37,18 @@ def test_overrides_win_and_inf_delta_parses():
         ("train.val_tasks=100000", "train.val_tasks"),
         ("rollout.prefix_cache_mb=-1", "rollout.prefix_cache_mb"),
         ("rollout.prefix_cache_mb=lots", "rollout.prefix_cache_mb"),
+        # checked by the runtime classes the config builds, reported by YAML key
+        ("rollout.temperature=-0.5", "rollout.temperature"),
+        ("rollout.temperature=inf", "rollout.temperature"),
+        ("rollout.top_k=-1", "rollout.top_k"),
+        ("loss.clip_low=1.0", "loss.clip_low"),
+        ("loss.dual_clip=0.5", "loss.dual_clip"),
+        ("loss.beta=-0.1", "loss.beta"),
+        ("loss.aggregation=sum", "loss.aggregation"),
+        ("intervention.eps_cal=0", "intervention.eps_cal"),
+        ("intervention.max_attempts=0", "intervention.max_attempts"),
+        ("baselines.luffy_gamma=0", "baselines.luffy_gamma"),
+        ("baselines.gspo_clip_low=1", "baselines.gspo_clip_low"),
     ],
 )
 def test_bad_values_raise_naming_the_key(override, key):
@@ -63,3 +75,24 @@ def test_every_shipped_yaml_loads():
 def test_yaml_boolean_words_stay_strings_for_string_fields():
   cfg = load_config("navigation_qwen3_8b", ["policy.path=/p", "intervention.verifier=off", "intervention.reweight=off"])
   assert cfg.intervention.verifier == "off" and cfg.intervention.reweight is False
+
+
+def test_runtime_configs_are_built_from_the_yaml_and_share_its_defaults():
+  """The schema's defaults are the runtime classes' own, and the builders carry every set key."""
+  from rti_jax import objectives
+  from rti_jax.config import intervention_config, loss_config, rollout_config
+  from rti_jax.intervention.pipeline import InterventionConfig
+  from rti_jax.rollout import RolloutConfig
+
+  default = ExperimentConfig()
+  assert (default.loss.clip_low, default.loss.kl_kind, default.loss.aggregation) == (
+      objectives.LossConfig().clip_low, objectives.LossConfig().kl_kind, objectives.LossConfig().agg)
+  assert default.rollout.temperature == RolloutConfig().sampling.temperature
+  assert default.intervention.delta == InterventionConfig().ppl_delta
+  cfg = load_config("navigation", ["loss.clip_high=0.28", "intervention.delta=3", "rollout.top_k=5",
+                                   "intervention.verifier=off", "loss.method=grpo"])
+  lc, rc, ic = loss_config(cfg), rollout_config(cfg), intervention_config(cfg, "telecom")
+  assert (lc.name, lc.clip_high, lc.beta, lc.eps_cal) == ("grpo", 0.28, cfg.loss.beta, cfg.intervention.eps_cal)
+  assert (rc.group_size, rc.max_context_tokens, rc.sampling.top_k, rc.sampling.temperature) == (
+      cfg.rollout.group_size, cfg.rollout.max_context, 5, cfg.rollout.temperature)
+  assert (ic.enabled, ic.verifier_enabled, ic.ppl_delta, ic.domain) == (False, False, 3.0, "telecom")

@@ -7,6 +7,7 @@ parsing happen above this layer (the rollout engine), so a backend only sees ids
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -21,6 +22,16 @@ class SamplingParams:
   top_p: float = 1.0
   top_k: int = 0  # 0 = off
   stop_token_ids: tuple[int, ...] = ()
+
+  def __post_init__(self) -> None:
+    if isinstance(self.max_new_tokens, bool) or not int(self.max_new_tokens) >= 1:
+      raise ValueError(f"max_new_tokens: expected an integer >= 1, got {self.max_new_tokens!r}")
+    if not (math.isfinite(self.temperature) and self.temperature >= 0):
+      raise ValueError(f"temperature: expected a finite number >= 0, got {self.temperature}")
+    if not 0 < self.top_p <= 1:
+      raise ValueError(f"top_p: expected a value in (0, 1], got {self.top_p}")
+    if isinstance(self.top_k, bool) or not int(self.top_k) >= 0:
+      raise ValueError(f"top_k: expected an integer >= 0 (0 = off), got {self.top_k!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -103,7 +103,7 @@ class LossConfig:
   dual_clip: float | None = None
   eps_cal: float = 0.2
   beta: float = 0.0
-  kl_kind: str = "low_var_kl"
+  kl_kind: str = "k3"  # low_var_kl is the same estimator (verl's name)
   agg: str | None = None
   agg_norm: float | None = None
   gspo_clip_low: float = 3e-4
