@@ -45,7 +45,7 @@ def batch(b: int, t: int, seed: int = 0) -> RTIBatch:
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--policy", default=os.path.join(ROOT, "policies", "navigation_tiny"))
+  ap.add_argument("--policy", default=os.path.join(ROOT, "policies", "navigation_base"))
   ap.add_argument("--batch", type=int, default=64)
   ap.add_argument("--lengths", type=int, nargs="+", default=[512, 768, 1024, 1536])
   ap.add_argument("--iters", type=int, default=3)

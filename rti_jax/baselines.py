@@ -187,7 +187,7 @@ def demonstrator_for(domain: str, check_line: bool = False) -> Callable[[Any], A
   """
   if domain == "navigation":
     from rti_jax.envs.navigation import OracleAgent
-    from rti_jax.envs.navigation.agents import CheckedAgent
+    from rti_jax.policy.check_line import CheckedAgent
 
     return (lambda task: CheckedAgent(OracleAgent(task))) if check_line else OracleAgent
   raise ValueError(f"domain: expected 'navigation' (the only domain with a scripted demonstrator), got {domain!r}")

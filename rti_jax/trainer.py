@@ -151,7 +151,7 @@ class Trainer:
       teacher = baselines.load_teacher(cfg.baselines.teacher_path, self.tokenizer, self.model_config.vocab_size, dtype)
       self.teacher_logp_fn = baselines.make_teacher_logp_fn(teacher)
     if method == "luffy":
-      from rti_jax.policy.evaluate import policy_check_line
+      from rti_jax.policy.check_line import policy_check_line
 
       self.demonstrator = baselines.demonstrator_for(self.source.domain, policy_check_line(cfg.policy.path))
     else:

@@ -229,7 +229,7 @@ def test_mix_replaces_one_member_of_all_fail_groups_and_counts_bad_demonstration
 
 def test_luffy_demonstrations_follow_the_policy_format(tmp_path):
   from rti_jax.envs import navigation as nav
-  from rti_jax.policy.evaluate import policy_check_line
+  from rti_jax.policy.check_line import policy_check_line
   from rti_jax.policy.sft_data import play
 
   bench = nav.load_benchmark("tiny")
