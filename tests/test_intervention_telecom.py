@@ -35,8 +35,6 @@ from rti_jax.intervention import (
 )
 from rti_jax.intervention.rules_telecom import (
   FABRICATED_ARGUMENTS,
-  firing_rates,
-  naive_device_turns,
   FALSE_CLAIM,
   GOAL_DRIFT,
   POINTLESS_REPEAT,
@@ -44,6 +42,7 @@ from rti_jax.intervention.rules_telecom import (
   USER_SIDE_DEVICE_ACTION,
 )
 from rti_jax.intervention.stats import InterventionStats
+from rti_jax.intervention.telecom_diagnostics import firing_rates, naive_device_turns
 from rti_jax.intervention.testing import (CORRECTOR_MARKER, FEEDBACK_MARKER, VALIDATOR_MARKER, VERIFIER_MARKER, ScriptedPolicy,
                                          byte_tokenizer, scripted_logp)
 from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups

@@ -240,7 +240,7 @@ def test_first_device_step_reads_free_text():
 
 
 def test_validator_never_flags_the_checklist_and_flags_the_mistake():
-  from rti_jax.intervention.rules_telecom import firing_rates
+  from rti_jax.intervention.telecom_diagnostics import firing_rates
 
   good = firing_rates(ChecklistAgent, load_split("train"))
   assert good["mean_reward"] == 1.0 and good["flagged"] == 0

@@ -1,0 +1,167 @@
+"""Rule-based Verifier for tau2-Telecom: the integrity checks of App. A.1 / D.2, no LLM.
+
+On the correction u~_k (its ``<think>`` block too: those tokens are trained on); rejects:
+  * ``leak``: wording that refers to a hidden reference, supervisor or feedback;
+  * ``leaked_value``: a name, a backend id (customer / line / bill / plan), a phone number,
+    a usage figure, an amount or any other value that no user or tool message has shown
+    (App. D.2: "John", "L1002", "15.1 GB" the user never said);
+  * ``hallucinated_tool_result``: the reply writes a tool response or the user's report
+    itself, or claims a lookup or an agent action that did not happen;
+  * ``malformed_reply``: no usable message or tool call (empty, or a malformed call block);
+  * ``not_improved``: the reply itself breaks a Validator hard rule (checked only when the
+    reply is otherwise clean).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import re
+from typing import Any, Sequence
+
+from rti_jax.envs.tool_calls import parse_assistant_turn
+from rti_jax.intervention.judges import StepContext, VerifierJudgement
+from rti_jax.intervention.telecom_evidence import (
+  FIGURE_RE,
+  ID_RE,
+  PHONE_RE,
+  USER_RAN_RE,
+  agent_runs,
+  claim_problems,
+  conversation_text,
+  default_policy_text,
+  figure_visible,
+  figures_in,
+  norm_value,
+  phones_in,
+)
+from rti_jax.intervention.telecom_validator import TelecomRuleValidator
+
+_LEAK_RE = re.compile(
+  r"\b(ground[\s_-]?truth|gold (?:answer|actions?|path|solution)|reference (?:solution|answer|actions?|trajectory|path)|"
+  r"(?:the|a) reference\b|standard answer|answer key|labels?\b|evaluation criteria|required actions|expected actions|"
+  r"prior draft|previous version|calibrat\w*|supervisor|feedback|hidden (?:answer|solution|information|state)|"
+  r"seeing the solution|privileged)",
+  re.IGNORECASE,
+)
+_CAP_WORD_RE = re.compile(r"(?<![\w'’-])([A-Z][a-z]{2,})\b")
+#: capitalised words that are never a leaked name
+_COMMON_CAPS = frozenset({"The", "This", "That", "These", "Those", "Then", "There", "Please", "Once", "After", "Before",
+                          "Since", "Also", "Let", "Now", "Next", "First", "Sure", "Okay", "Thanks", "Thank", "Great",
+                          "However", "Yes", "Your", "You", "Our", "What", "When", "Which", "Could", "Would", "Can",
+                          "Settings", "Mobile", "Data", "Saver", "Airplane", "Calling", "Roaming", "Network",
+                          "Internet", "Android", "Apple", "Messages", "Messaging"})
+
+
+@functools.lru_cache(maxsize=1)
+def backend_names() -> frozenset[str]:
+  """Every word (>= 3 letters) of a customer's name in the agent DB: never to be said
+  before the user or a lookup has shown it."""
+  from rti_jax.envs.telecom import state as st
+
+  words = set()
+  for c in st.load_db().get("customers", []):
+    words.update(w for w in re.findall(r"[A-Za-z]{3,}", str(c.get("full_name", ""))))
+  return frozenset(words)
+
+
+class TelecomRuleVerifier:
+  """Rule-based Verifier (see module docstring).
+
+  policy: the system text the policy sees (default: the full telecom policy); words it
+    contains are vocabulary, never a leaked name.
+  check_rules: also reject a correction that itself breaks a Validator hard rule
+    (``not_improved``: not consistent with the gold requirement, Sec. 4.1 (i)).
+  """
+
+  def __init__(self, policy: str | None = None, check_rules: bool = True) -> None:
+    self.policy = default_policy_text() if policy is None else policy
+    self.check_rules = check_rules
+    self._validator = TelecomRuleValidator(self.policy)
+    self._policy_words = frozenset(re.findall(r"[a-z]+", self.policy.lower()))
+    self._policy_figures = frozenset(figures_in(self.policy))
+
+  def verify(self, ctxs: Sequence[StepContext], corrected: Sequence[str]) -> list[VerifierJudgement]:
+    return [self.judge(c, u) for c, u in zip(ctxs, corrected)]
+
+  def judge(self, ctx: StepContext, corrected: str) -> VerifierJudgement:
+    reasons: list[str] = []
+    notes: list[str] = []
+    text = corrected if isinstance(corrected, str) else ""
+    turn = parse_assistant_turn(text)
+    if turn.errors or not (turn.tool_calls or turn.content.strip()):
+      reasons.append("malformed_reply")
+      notes.append("the reply has no usable message or tool call." if not turn.errors else
+                   f"the reply has a malformed tool call ({turn.errors[0]}).")
+    m = _LEAK_RE.search(text)
+    if m:
+      reasons.append("leak")
+      notes.append(f"mentions {m.group(0)!r}, which is not part of the visible conversation.")
+    values = self.leaked_values(ctx, text)
+    if values:
+      reasons.append("leaked_value")
+      notes.append("states " + ", ".join(repr(v) for v in values) + ", which the user and the tools never showed.")
+    fabricated = self.fabricated_results(ctx, text)
+    if fabricated:
+      reasons.append("hallucinated_tool_result")
+      notes.append(" ".join(fabricated))
+    if self.check_rules and not reasons:
+      still = self._validator.judge(dataclasses.replace(ctx, draft=text))
+      if not still.is_valid:
+        reasons.append("not_improved")
+        notes.append(f"the reply still breaks a hard rule ({', '.join(still.error_types)}).")
+    if reasons:
+      return VerifierJudgement(ok=False, reasons=tuple(reasons), diagnosis=" ".join(notes))
+    return VerifierJudgement(ok=True, diagnosis="Derivable from the visible conversation; no leak, no fabricated result.")
+
+  def leaked_values(self, ctx: StepContext, text: str) -> list[str]:
+    """Values in ``text`` (reasoning, content and call arguments) that no user or tool
+    message shows: ids, phone numbers, figures, names."""
+    seen = conversation_text(ctx)
+    low = seen.lower()
+    out: list[str] = []
+    out += [i for i in ID_RE.findall(text) if i.lower() not in low]
+    phones = phones_in(seen)
+    out += [p.group(0) for p in PHONE_RE.finditer(text) if norm_value(p.group(0)) not in phones]
+    # A figure is visible when a user or tool message shows its number (coarse: tool outputs are
+    # JSON, so units are not matched), or the tool list or the policy, which the policy sees, shows
+    # the same figure with its unit ("at most 2 GB").
+    tools = json.dumps(list(ctx.tools), ensure_ascii=False)
+    prose = figures_in(tools) | self._policy_figures
+    for f in FIGURE_RE.finditer(PHONE_RE.sub(" ", text)):
+      if not figure_visible(f.group(0), seen) and not (figures_in(f.group(0)) <= prose):
+        out.append(f.group(0))
+    vocab_words = self._policy_words | set(re.findall(r"[a-z]+", (seen + "\n" + tools).lower()))
+    hidden_names = backend_names() | _names_in_evidence(ctx.evidence)
+    seen_words = set(re.findall(r"[a-z]+", low))
+    out += [w for w in re.findall(r"[A-Za-z]{3,}", text) if w in hidden_names and w.lower() not in seen_words]
+    for m in _CAP_WORD_RE.finditer(text):
+      word = m.group(1)
+      before = text[: m.start()].rstrip()
+      sentence_start = not before or before[-1] in ".!?:>\n-—\"'(" or before.endswith("---")
+      if not sentence_start and word not in _COMMON_CAPS and word.lower() not in vocab_words:
+        out.append(word)
+    return list(dict.fromkeys(out))
+
+  def fabricated_results(self, ctx: StepContext, text: str) -> list[str]:
+    """Why ``text`` writes or claims results that did not happen (empty when it does not)."""
+    out = []
+    if "<tool_response>" in text or re.search(r"^\s*(?:tool|user)\s*:", text, re.IGNORECASE | re.MULTILINE):
+      out.append("writes a tool response or a user turn itself.")
+    if USER_RAN_RE.search(text):
+      out.append("reports a device tool run in the user's words.")
+    visible = parse_assistant_turn(text).content
+    for diagnosis, _ in claim_problems(visible, conversation_text(ctx), agent_runs(ctx.history)):
+      out.append(diagnosis)
+    return out
+
+
+def _names_in_evidence(evidence: dict[str, Any]) -> frozenset[str]:
+  """Name words from the privileged ``known_info`` / ``ticket`` ("You are John Smith ...")."""
+  words = set()
+  for key in ("known_info", "ticket"):
+    m = re.search(r"(?:You are|Customer name:)\s+([A-Z][\w.'-]*(?:\s+[A-Z][\w.'-]*)*)", str(evidence.get(key, "")))
+    if m:
+      words.update(w for w in re.findall(r"[A-Za-z]{3,}", m.group(1)))
+  return frozenset(words)
