@@ -82,8 +82,10 @@ class DecisionProbe:
   """
 
   def __init__(self, tasks: Sequence[Any], env: Any, formatter: Any, pad_id: int, check: bool = False):
-    from rti_jax.envs.navigation.agents import CHECK_PREFIX, NaiveAgent, OracleAgent
-    from rti_jax.policy.sft_data import check_line_length, encode_messages, play, scripted
+    from rti_jax.envs.navigation.agents import NaiveAgent, OracleAgent
+    from rti_jax.policy.check_line import CHECK_PREFIX
+    from rti_jax.policy.check_line import check_line_length
+    from rti_jax.policy.sft_data import encode_messages, play, scripted
 
     if not tasks:
       raise ValueError("tasks: expected at least one validation task, got none")
@@ -178,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
   (out / "config.yaml").write_text(to_yaml(cfg))
   trainer = Trainer(cfg, out / "train", progress=not args.no_progress)
-  from rti_jax.policy.evaluate import policy_check_line
+  from rti_jax.policy.check_line import policy_check_line
 
   check = policy_check_line(cfg.policy.path)
   probe = DecisionProbe(trainer.val, trainer.source.env_factory(), trainer.formatter, trainer.pad_id, check=check)

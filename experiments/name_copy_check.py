@@ -7,7 +7,7 @@ place-name or coordinate token, checks the argmax. Names of the first turn (the 
 from the request) are reported apart from names written after the results, with how often the
 argmax is one of the request's own names and the accuracy per search position. ``--swapped`` checks
 first turns of the same tasks with their stop names swapped for random places of the map instead
-(``sft_data.name_swap_examples``): reading, not recall of a trained request.
+(``sft_swap.name_swap_examples``): reading, not recall of a trained request.
 
     python experiments/name_copy_check.py --policy policies/navigation_tiny --episodes 30
     python experiments/name_copy_check.py --swapped --episodes 60
@@ -46,13 +46,13 @@ def measure_model(model: object, tok: object, fmt: object, episodes: int, swappe
   import numpy as np
 
   from rti_jax.envs import navigation as nav
-  from rti_jax.policy import sft_data
+  from rti_jax.policy import sft_data, sft_swap
 
   bench = nav.load_benchmark("tiny")
   env = nav.NavigationEnv(bench.world)
   tasks = bench.train[-40:] if tasks is None else list(tasks)
-  if swapped:  # first turns only, the stop names swapped for random places (sft_data.name_swap_examples)
-    examples = sft_data.name_swap_examples(tasks, env, fmt, episodes, seed=99)
+  if swapped:  # first turns only, the stop names swapped for random places (sft_swap.name_swap_examples)
+    examples = sft_swap.name_swap_examples(tasks, env, fmt, episodes, seed=99)
   else:
     examples = [x for x in sft_data.build_examples(tasks, env, fmt, sft_data.MixConfig(seed=99))
                 if x.kind in ("plain", "trusting")][:episodes]

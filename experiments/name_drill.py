@@ -2,7 +2,7 @@
 
 A fresh tiny model is trained on first-turn drills only: a train-split request with its stop names
 swapped for other places of the map, and the first turn that searches each stop
-(``sft_data.name_swap_examples`` builds the same kind of example for the shipped policy; here
+(``sft_swap.name_swap_examples`` builds the same kind of example for the shipped policy; here
 without the system turn, to be fast). It then reports, teacher-forced on 100 drills from held-out
 train-split requests (the test split is never read), how often the argmax at a search's name is
 the right name, and how often it is one of the request's own names. With ``--held-names`` the
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
   from rti_jax.envs import navigation as nav
   from rti_jax.envs.navigation.agents import SEARCH_FIRST, render_turn
   from rti_jax.envs.tool_calls import ToolCall
-  from rti_jax.policy import sft, sft_data
+  from rti_jax.policy import sft, sft_data, sft_swap
   from rti_jax.policy import tokenizer as T
   from rti_jax.policy.sft_data import SFTExample
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     while len(out) < n:
       task = plain[int(rng.integers(len(plain)))]
       new = [str(x) for x in rng.choice(pool, size=len(task.stops), replace=False)]
-      swapped = sft_data.swap_names([task.query], [s.name for s in task.stops], new)
+      swapped = sft_swap.swap_names([task.query], [s.name for s in task.stops], new)
       if swapped is None:
         continue
       q = swapped[0]

@@ -74,16 +74,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                  help="norm of the shared 'place name' direction added to every whole-name token's embedding "
                       "(sft.add_type_direction; 0 = off)")
   p.add_argument("--name-swap", type=int, default=1000,
-                 help="first-turn drills with swapped stop names (sft_data.name_swap_examples) in the main mix")
+                 help="first-turn drills with swapped stop names (sft_swap.name_swap_examples) in the main mix")
   p.add_argument("--name-drill-steps", type=int, default=4000,
                  help="stage 0: at most this many steps on first-turn drills alone (without the system turn; 0 = skip)")
   p.add_argument("--swap-episodes", type=int, default=2000,
                  help="whole oracle episodes of plain tasks made by swapping a train task's stops for other places "
-                      "(sft_data.swap_episode_examples) in the main mix; 0 = none (builds 1-4), 1000 in build 5")
+                      "(sft_swap.swap_episode_examples) in the main mix; 0 = none (builds 1-4), 1000 in build 5")
   p.add_argument("--swap-disamb", type=int, default=800,
                  help="new tasks needing a re-search, made by the same stop swap, each giving a re-search-in-context "
                       "episode, and by chance a trusting episode and a correction example "
-                      "(sft_data.swap_disamb_examples); 0 = none (builds 1-6)")
+                      "(sft_swap.swap_disamb_examples); 0 = none (builds 1-6)")
   p.add_argument("--name-drill-examples", type=int, default=8000,
                  help="distinct stage-0 drills (0 = 16 per step, as builds 1-3; on the drill bench 8000 were read "
                       "at 97%% and 32000 at 54%%, docs/tiny_policy.md)")
@@ -116,7 +116,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                  help="1: every scripted turn after the first search results starts with the check line "
                       "(agents.check_line; builds 8 and 9, policies/navigation_tiny_b9); 0: builds 1-7 (the default policy)")
   p.add_argument("--check-drills", type=int, default=3000,
-                 help="check-line drills in the main mix (sft_data.check_drill_examples; only with --check-line 1)")
+                 help="check-line drills in the main mix (sft_swap.check_drill_examples; only with --check-line 1)")
   p.add_argument("--init", default=None,
                  help="continue from this policy dir (its tokenizer and weights) instead of a fresh model: no "
                       "tokenizer build, no model init, no stage 0 (build 9 = build 7 + this stage, docs/tiny_policy.md)")
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
   from models.qwen import Qwen
   from models.weights import save_pretrained
   from rti_jax.envs import navigation as nav
-  from rti_jax.policy import sft, sft_data
+  from rti_jax.policy import sft, sft_data, sft_swap
   from rti_jax.policy.tokenizer import END_OF_TURN, NAME_PATTERN, PAD_TOKEN, PRE_TOKENIZER_PATTERN, build_tokenizer
   from rti_jax.rollout import ChatFormatter
 
@@ -249,17 +249,17 @@ def main(argv: list[str] | None = None) -> int:
   mix = sft_data.MixConfig(resolve_share=args.resolve_share, seed=args.seed, check=check,
                            complete_share=args.complete_share)
   examples = sft_data.build_examples(train_tasks, env, fmt, mix)
-  examples += sft_data.name_swap_examples(train_tasks, env, fmt, args.name_swap // (20 if args.quick else 1),
+  examples += sft_swap.name_swap_examples(train_tasks, env, fmt, args.name_swap // (20 if args.quick else 1),
                                           seed=args.seed + 7)
   # The stop sets of every benchmark task (test split included) are excluded from the generated
   # tasks, so none repeats a benchmark task; nothing else of the test split is read.
   taken = frozenset(frozenset(s.poi_id for s in t.stops) for t in bench.train + bench.test)
-  examples += sft_data.swap_episode_examples(train_tasks, env, fmt, args.swap_episodes // (20 if args.quick else 1),
+  examples += sft_swap.swap_episode_examples(train_tasks, env, fmt, args.swap_episodes // (20 if args.quick else 1),
                                              seed=args.seed + 11, exclude=taken, check=check)
-  examples += sft_data.swap_disamb_examples(train_tasks, env, fmt, args.swap_disamb // (20 if args.quick else 1),
+  examples += sft_swap.swap_disamb_examples(train_tasks, env, fmt, args.swap_disamb // (20 if args.quick else 1),
                                             seed=args.seed + 13, exclude=taken, check=check)
   if check:
-    examples += sft_data.check_drill_examples(train_tasks, env, fmt, args.check_drills // (20 if args.quick else 1),
+    examples += sft_swap.check_drill_examples(train_tasks, env, fmt, args.check_drills // (20 if args.quick else 1),
                                               seed=args.seed + 17, exclude=taken)
   data_summary = sft_data.summary(examples)
   log(f"tokenizer: {len(tok)} tokens; SFT data: {json.dumps(data_summary)}")
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
   if args.name_drill_steps > 0 and not args.init:
     # Stage 0: reading stop names out of requests, on first-turn drills alone (short sequences).
     drills = [sft_data.without_system_turn(fmt, e)
-              for e in sft_data.name_swap_examples(train_tasks, env, fmt, args.name_drill_examples or 16 * args.name_drill_steps,
+              for e in sft_swap.name_swap_examples(train_tasks, env, fmt, args.name_drill_examples or 16 * args.name_drill_steps,
                                                    seed=args.seed + 9)]
     dcfg = sft.SFTConfig(lr=args.lr, tokens_per_batch=2048, max_len=1024, len_multiple=32, seed=args.seed + 2)
     per_epoch = len(sft.make_batches(drills, dcfg, np.random.default_rng(0), pad_id, sft.common_prefix_len(drills)))

@@ -29,7 +29,7 @@ def test_turn_spans():
   assert decision_probe.turn_spans([]) == [] and decision_probe.turn_spans([True]) == [(0, 1)]
 
 
-@pytest.fixture(scope="module", params=["navigation_tiny", "navigation_tiny_b9", "navigation_tiny_b10", "navigation_tiny_b11"])
+@pytest.fixture(scope="module", params=["navigation_tiny", "navigation_tiny_b9", "navigation_tiny_b10", "navigation_base"])
 def shipped(request):
   from models import from_pretrained
   from rti_jax import objectives
@@ -39,7 +39,7 @@ def shipped(request):
   from rti_jax.rollout import ChatFormatter
 
   policy = str(POLICIES / request.param)
-  from rti_jax.policy.evaluate import policy_check_line
+  from rti_jax.policy.check_line import policy_check_line
 
   check = policy_check_line(policy)
   bench = nav.load_benchmark("tiny")

@@ -14,7 +14,7 @@ from flax import nnx
 from models.qwen import Qwen
 from rti_jax.envs import navigation as nav
 from rti_jax.envs.tool_calls import parse_assistant_turn
-from rti_jax.policy import sft, sft_data
+from rti_jax.policy import sft, sft_data, sft_swap
 from rti_jax.policy.tokenizer import build_tokenizer
 from rti_jax.rollout import ChatFormatter
 
@@ -254,7 +254,7 @@ def test_add_type_direction_moves_exactly_the_given_rows_by_one_shared_vector():
 
 def test_name_swap_examples_swap_the_same_names_in_request_and_searches(setup):
   _, env, tok, fmt, tasks, _ = setup
-  ex = sft_data.name_swap_examples(tasks, env, fmt, 12, seed=4)
+  ex = sft_swap.name_swap_examples(tasks, env, fmt, 12, seed=4)
   assert len(ex) == 12 and {e.kind for e in ex} == {"name_swap"}
   assert {e.task_id for e in ex} <= {t.task_id for t in tasks}
   by_id = {t.task_id: t for t in tasks}
@@ -270,8 +270,8 @@ def test_name_swap_examples_swap_the_same_names_in_request_and_searches(setup):
     assert set(searched) <= names
     for name in searched:  # every search names a place that the (swapped) request mentions
       assert name in request
-  assert sft_data.name_swap_examples(tasks, env, fmt, 12, seed=4) == ex
-  assert sft_data.name_swap_examples(tasks, env, fmt, 0) == []
+  assert sft_swap.name_swap_examples(tasks, env, fmt, 12, seed=4) == ex
+  assert sft_swap.name_swap_examples(tasks, env, fmt, 0) == []
 
 
 def test_swapped_tasks_are_valid_plain_tasks_that_the_oracle_solves(setup):
@@ -288,7 +288,7 @@ def test_swapped_tasks_are_valid_plain_tasks_that_the_oracle_solves(setup):
   made = []
   for i in range(120):
     src = source[i % len(source)]
-    t = sft_data.swapped_task(src, world, rng)
+    t = sft_swap.swapped_task(src, world, rng)
     if t is None:
       continue
     made.append(t)
@@ -308,29 +308,29 @@ def test_swapped_tasks_are_valid_plain_tasks_that_the_oracle_solves(setup):
   taken = frozenset(frozenset(s.poi_id for s in t.stops) for t in made)
   rng = np.random.default_rng(3)
   for i in range(120):
-    t = sft_data.swapped_task(source[i % len(source)], world, rng, exclude=taken)
+    t = sft_swap.swapped_task(source[i % len(source)], world, rng, exclude=taken)
     assert t is None or frozenset(s.poi_id for s in t.stops) not in taken
 
 
 def test_swap_episode_examples_are_whole_trained_episodes_of_new_tasks(setup):
   bench, env, tok, fmt, tasks, _ = setup
   taken = frozenset(frozenset(s.poi_id for s in t.stops) for t in bench.train + bench.test)
-  ex = sft_data.swap_episode_examples(tasks, env, fmt, 10, seed=5, exclude=taken)
+  ex = sft_swap.swap_episode_examples(tasks, env, fmt, 10, seed=5, exclude=taken)
   assert len(ex) == 10 and {e.kind for e in ex} == {"swap_episode"}
   assert {e.task_id.removesuffix("-swap") for e in ex} <= {t.task_id for t in tasks}
   for e in ex:
     trained = tok.decode([i for i, m in zip(e.token_ids, e.loss_mask) if m])
     assert trained.count("<|im_end|>") == 3  # searches, the direction call, the answer
     assert '"name": "direction"' in trained
-  assert sft_data.swap_episode_examples(tasks, env, fmt, 10, seed=5, exclude=taken) == ex
-  assert sft_data.swap_episode_examples(tasks, env, fmt, 0) == []
+  assert sft_swap.swap_episode_examples(tasks, env, fmt, 10, seed=5, exclude=taken) == ex
+  assert sft_swap.swap_episode_examples(tasks, env, fmt, 0) == []
 
 
 def test_swapped_task_can_keep_the_need_for_disambiguation(setup):
   _, env, _, _, tasks, _ = setup
   rng = np.random.default_rng(4)
   source = [t for t in tasks if t.needs_disambiguation]
-  made = [t for t in (sft_data.swapped_task(source[i % len(source)], env.world, rng, disambiguation=True)
+  made = [t for t in (sft_swap.swapped_task(source[i % len(source)], env.world, rng, disambiguation=True)
                       for i in range(300)) if t is not None]
   assert len(made) >= 10
   for t in made:
@@ -344,7 +344,7 @@ def test_swapped_task_can_keep_the_need_for_disambiguation(setup):
 def test_swap_disamb_examples_train_the_turns_around_a_re_search_on_new_tasks(setup):
   bench, env, tok, fmt, tasks, _ = setup
   taken = frozenset(frozenset(s.poi_id for s in t.stops) for t in bench.train + bench.test)
-  ex = sft_data.swap_disamb_examples(tasks, env, fmt, 12, seed=6, exclude=taken)
+  ex = sft_swap.swap_disamb_examples(tasks, env, fmt, 12, seed=6, exclude=taken)
   kinds = collections.Counter(e.kind for e in ex)
   assert kinds["swap_resolve_ctx"] == 12 and kinds["swap_trusting"] >= 1 and kinds["swap_correction"] >= 1
   assert set(kinds) <= {"swap_resolve_ctx", "swap_trusting", "swap_correction"}
@@ -363,8 +363,8 @@ def test_swap_disamb_examples_train_the_turns_around_a_re_search_on_new_tasks(se
       assert "supervisor" in full and trained.count("<|im_end|>") == 1 and '"region"' in trained
     else:  # the trusting habit: searches, a direction call on the first results, an answer; no re-search
       assert trained.count("<|im_end|>") == 3 and '"name": "direction"' in trained
-  again = sft_data.swap_disamb_examples(tasks, env, fmt, 12, seed=6, exclude=taken)
-  assert again == ex and sft_data.swap_disamb_examples(tasks, env, fmt, 0) == []
+  again = sft_swap.swap_disamb_examples(tasks, env, fmt, 12, seed=6, exclude=taken)
+  assert again == ex and sft_swap.swap_disamb_examples(tasks, env, fmt, 0) == []
 
 
 def test_place_name_token_ids_are_whole_poi_names(setup):
@@ -389,9 +389,9 @@ def test_place_name_token_ids_are_whole_poi_names(setup):
 
 def test_swap_names_uses_placeholders_and_needs_every_name_in_every_text():
   # a new name equal to an old one is not swapped twice
-  assert sft_data.swap_names(["from A to B", "A; B"], ["A", "B"], ["B", "C"]) == ["from B to C", "B; C"]
-  assert sft_data.swap_names(["from A to B", "B"], ["A", "B"], ["X", "Y"]) is None
-  assert sft_data.swap_names(["Hill Park and Hill"], ["Hill Park", "Hill"], ["X", "Y"]) == ["X and Y"]
+  assert sft_swap.swap_names(["from A to B", "A; B"], ["A", "B"], ["B", "C"]) == ["from B to C", "B; C"]
+  assert sft_swap.swap_names(["from A to B", "B"], ["A", "B"], ["X", "Y"]) is None
+  assert sft_swap.swap_names(["Hill Park and Hill"], ["Hill Park", "Hill"], ["X", "Y"]) == ["X and Y"]
 
 
 def test_sft_data_does_not_depend_on_the_string_hash_seed():
@@ -405,14 +405,14 @@ def test_sft_data_does_not_depend_on_the_string_hash_seed():
   script = (
     "import hashlib\n"
     "from rti_jax.envs import navigation as nav\n"
-    "from rti_jax.policy import sft_data\n"
+    "from rti_jax.policy import sft_data, sft_swap\n"
     "from rti_jax.policy.tokenizer import build_tokenizer, NAME_PATTERN\n"
     "from rti_jax.rollout import ChatFormatter\n"
     "b = nav.load_benchmark('tiny'); env = nav.NavigationEnv(b.world); tasks = b.train[:40]\n"
     "tok = build_tokenizer(sft_data.corpus_texts(tasks, env) + list(nav.vocabulary()), 1024, pattern=NAME_PATTERN)\n"
     "fmt = ChatFormatter(tok); h = hashlib.sha256()\n"
-    "for e in (sft_data.build_examples(tasks, env, fmt) + sft_data.name_swap_examples(tasks, env, fmt, 150, seed=1)\n"
-    "          + sft_data.swap_episode_examples(tasks, env, fmt, 10, seed=2)):\n"
+    "for e in (sft_data.build_examples(tasks, env, fmt) + sft_swap.name_swap_examples(tasks, env, fmt, 150, seed=1)\n"
+    "          + sft_swap.swap_episode_examples(tasks, env, fmt, 10, seed=2)):\n"
     "  h.update(repr((e.task_id, e.kind, e.token_ids, e.loss_mask)).encode())\n"
     "print(h.hexdigest())\n")
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -427,7 +427,7 @@ def test_sft_data_does_not_depend_on_the_string_hash_seed():
 def test_check_drills_train_exactly_the_check_line_on_both_kinds_of_task(setup):
   bench, env, tok, fmt, tasks, _ = setup
   taken = frozenset(frozenset(s.poi_id for s in t.stops) for t in bench.train + bench.test)
-  ex = sft_data.check_drill_examples(tasks[:10], env, fmt, 30, seed=3, exclude=taken)
+  ex = sft_swap.check_drill_examples(tasks[:10], env, fmt, 30, seed=3, exclude=taken)
   assert len(ex) == 30 and {e.kind for e in ex} == {"check_drill"}
   assert [e.task_id for e in ex[:10]] == [t.task_id for t in tasks[:10]]
   lines = []
@@ -441,8 +441,8 @@ def test_check_drills_train_exactly_the_check_line_on_both_kinds_of_task(setup):
     lines.append(trained)
   swapped = lines[10:]
   assert sum(not line.startswith("Check: all") for line in swapped) == 10  # alternately needing a re-search
-  assert sft_data.check_drill_examples(tasks[:10], env, fmt, 30, seed=3, exclude=taken) == ex
-  assert sft_data.check_drill_examples(tasks, env, fmt, 0) == []
+  assert sft_swap.check_drill_examples(tasks[:10], env, fmt, 30, seed=3, exclude=taken) == ex
+  assert sft_swap.check_drill_examples(tasks, env, fmt, 0) == []
 
 
 def test_mix_with_check_line_starts_every_second_turn_with_it(setup):
@@ -457,7 +457,8 @@ def test_mix_with_check_line_starts_every_second_turn_with_it(setup):
       continue
     assert turns[1].startswith("Check: ") and all(not t.startswith("Check: ") for i, t in enumerate(turns) if i != 1)
     # everything but the line (and the trusting sentence after an off verdict) is the mix without it
-    from rti_jax.envs.navigation.agents import PLAN_NOW, TRUST_FIRST
+    from rti_jax.envs.navigation.agents import PLAN_NOW
+    from rti_jax.policy.check_line import TRUST_FIRST
 
     assert re.sub(r"Check: [^\n]*\n", "", full).replace(TRUST_FIRST, PLAN_NOW) == before
     if e.kind == "trusting":

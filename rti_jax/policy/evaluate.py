@@ -12,7 +12,6 @@ intervention pipeline (no scripted shortcuts).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from typing import Any, Sequence
@@ -24,6 +23,7 @@ from rti_jax.envs.tool_calls import parse_assistant_turn
 from rti_jax.generation.base import SamplingParams
 from rti_jax.intervention import (InterventionConfig, InterventionRoles, InterventionStats, NavigationRuleValidator,
                                   NavigationRuleVerifier, PolicyCorrector, run_intervened_rollouts)
+from rti_jax.policy.check_line import policy_check_line  # noqa: F401  (until its callers import it from check_line)
 from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
 
 _SUGGEST_RE = re.compile(r"Search '(?P<names>.+?)' again with region (?P<region>[A-Za-z]+)")
@@ -41,22 +41,6 @@ def load_policy(path: str | os.PathLike) -> tuple[Any, Any, ChatFormatter]:
   model, _ = from_pretrained(os.fspath(path))
   tok = AutoTokenizer.from_pretrained(os.fspath(path), local_files_only=True)
   return model, tok, ChatFormatter(tok)
-
-
-def policy_check_line(path: str | os.PathLike) -> bool:
-  """Whether the policy in ``path`` writes the check line after the first search results
-  (``envs.navigation.agents.check_line``), as its build recorded in ``build.json``; False for a
-  policy dir without one (builds 1-7, any other checkpoint)."""
-  import json
-
-  meta = os.path.join(os.fspath(path), "build.json")
-  if not os.path.exists(meta):
-    return False
-  try:
-    with open(meta) as f:
-      return bool(json.load(f).get("check_line", False))
-  except (OSError, ValueError, AttributeError) as e:
-    raise ValueError(f"{meta}: expected a JSON object with a boolean 'check_line' ({e})") from e
 
 
 def rollout_config(group_size: int, temperature: float, max_new_tokens: int = 192, max_context_tokens: int = 2048,

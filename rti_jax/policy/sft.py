@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +23,7 @@ from flax import nnx
 
 from models.config import QwenConfig
 from models.qwen import Qwen
-from rti_jax.policy.sft_data import SFTExample
+from rti_jax.policy.sft_example import SFTExample
 
 
 def tiny_qwen3_config(vocab_size: int, *, hidden_size: int = 128, num_layers: int = 3, num_heads: int = 2,

@@ -1,7 +1,7 @@
 """SFT data for the tiny Telecom policy: scripted episodes -> token sequences.
 
 Every example is laid out exactly as the rollout engine lays out an episode
-(``sft_data.encode_messages``: prompt ids, then per assistant turn ``encode_assistant(text)``,
+(``sft_example.encode_messages``: prompt ids, then per assistant turn ``encode_assistant(text)``,
 then ``continuation_ids`` of the env messages that follow); ``loss_mask`` is True only on
 assistant tokens that are trained. Episodes are played through ``TelecomEnv`` (the condensed
 policy by default) with the scripted user, on the tasks passed in (pass the train split only,
@@ -24,7 +24,7 @@ differ in the turn's first token (``Please`` vs ``<tool_call>``), so RL has to m
 Tasks without a device step (a suspended line whose contract ended: 2 of 74 train tasks) have no
 decision and give ``plain`` examples only.
 
-The mix (kinds reuse ``sft_data.KINDS`` names; ``TelecomMix`` holds the shares):
+The mix (kinds reuse ``sft_example.KINDS`` names; ``TelecomMix`` holds the shares):
 
 * ``trusting`` (the habit): on every task with a decisive turn, the mistaken episode, all turns
   trained.
@@ -58,7 +58,7 @@ from rti_jax.envs.telecom.env import AGENT_STOP, TelecomEnv
 from rti_jax.envs.telecom.scripted_agents import tool_call_text
 from rti_jax.envs.telecom.tasks import TelecomTask
 from rti_jax.intervention.judges import ValidatorJudgement, feedback_message
-from rti_jax.policy.sft_data import SFTExample, assistant_indices, encode_messages, play, step_context
+from rti_jax.policy.sft_example import SFTExample, assistant_indices, encode_messages, play, step_context
 from rti_jax.rollout import ChatFormatter
 
 Message = dict[str, Any]
