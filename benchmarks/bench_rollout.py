@@ -29,7 +29,7 @@ from rti_jax.generation.base import SamplingParams
 from rti_jax.generation.jax_backend import JaxBackend
 from rti_jax.intervention import InterventionConfig, intervene_groups, make_roles
 from rti_jax.objectives import assemble_batch
-from rti_jax.intervention.testing import byte_tokenizer
+from rti_jax.policy.tokenizer import byte_tokenizer
 from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
 
 

@@ -19,8 +19,9 @@ from rti_jax.aepo_rollout import BranchingConfig, aepo_rollout_groups, global_ro
 from rti_jax.config import ConfigError, load_config
 from rti_jax.envs.base import StepResult
 from rti_jax.generation.base import Completion, SamplingParams
-from rti_jax.intervention.testing import BigramBackend, byte_tokenizer
+from rti_jax.policy.tokenizer import byte_tokenizer
 from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
+from intervention_doubles import BigramBackend
 from trainer_fixtures import LengthRewardEnv
 
 

@@ -25,7 +25,9 @@ from rti_jax.intervention import (
   parse_verifier,
 )
 from rti_jax.intervention.judges import corrector_prompt, feedback_message, render, validator_prompt, verifier_prompt
-from rti_jax.intervention.testing import (
+from rti_jax.policy.tokenizer import byte_tokenizer
+from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
+from intervention_doubles import (
   CORRECTOR_MARKER,
   FEEDBACK_MARKER,
   NAV_TOOLS,
@@ -34,11 +36,9 @@ from rti_jax.intervention.testing import (
   MiniNavEnv,
   MiniNavScript,
   ScriptedPolicy,
-  byte_tokenizer,
   mini_nav_tasks,
   scripted_logp,
 )
-from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
 
 
 @pytest.mark.parametrize(

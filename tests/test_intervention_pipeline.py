@@ -20,20 +20,20 @@ from rti_jax.intervention import (
   intervene_groups,
 )
 from rti_jax.objectives import assemble_batch
-from rti_jax.intervention.testing import (
+from rti_jax.policy.tokenizer import byte_tokenizer
+from rti_jax.generation.base import SamplingParams
+from rti_jax.objectives import LossConfig, calibration_weights, loss_from_batch
+from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
+from intervention_doubles import (
   FEEDBACK_MARKER,
   NAV_TOOLS,
   MiniNavEnv,
   MiniNavScript,
   ScriptedPolicy,
   VALIDATOR_MARKER,
-  byte_tokenizer,
   mini_nav_tasks,
   scripted_logp,
 )
-from rti_jax.generation.base import SamplingParams
-from rti_jax.objectives import LossConfig, calibration_weights, loss_from_batch
-from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
 
 ROLL, CAL = -1.0, -0.2  # scripted log-prob bases under p_roll and p_cal
 

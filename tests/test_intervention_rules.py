@@ -19,8 +19,9 @@ from rti_jax.intervention import (
   intervene_groups,
 )
 from rti_jax.intervention.rules_navigation import coord_key, nav_evidence, route_matches
-from rti_jax.intervention.testing import FEEDBACK_MARKER, ScriptedPolicy, byte_tokenizer, scripted_logp, tool_call_text
+from rti_jax.policy.tokenizer import byte_tokenizer
 from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
+from intervention_doubles import FEEDBACK_MARKER, ScriptedPolicy, scripted_logp, tool_call_text
 
 A, B, C_BJ, C_TP = "121.5012,25.0301", "121.5234,25.0412", "116.3971,39.9169", "121.5409,25.0533"
 EVIDENCE = {"route": [A, B, C_TP], "order_level": 4, "places": ["Dajin Park", "Lihui Park", "Yixing Temple"]}

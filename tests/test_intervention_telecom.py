@@ -43,9 +43,16 @@ from rti_jax.intervention.rules_telecom import (
 )
 from rti_jax.intervention.stats import InterventionStats
 from rti_jax.intervention.telecom_diagnostics import firing_rates, naive_device_turns
-from rti_jax.intervention.testing import (CORRECTOR_MARKER, FEEDBACK_MARKER, VALIDATOR_MARKER, VERIFIER_MARKER, ScriptedPolicy,
-                                         byte_tokenizer, scripted_logp)
+from rti_jax.policy.tokenizer import byte_tokenizer
 from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
+from intervention_doubles import (
+  CORRECTOR_MARKER,
+  FEEDBACK_MARKER,
+  VALIDATOR_MARKER,
+  VERIFIER_MARKER,
+  ScriptedPolicy,
+  scripted_logp,
+)
 
 VALIDATOR = TelecomRuleValidator()
 VERIFIER = TelecomRuleVerifier()

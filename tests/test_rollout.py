@@ -8,16 +8,9 @@ import numpy as np
 import pytest
 
 from rti_jax.generation.base import SamplingParams
-from rti_jax.intervention.testing import (
-  NAV_TOOLS,
-  MiniNavEnv,
-  MiniNavScript,
-  ScriptedPolicy,
-  byte_tokenizer,
-  mini_nav_tasks,
-  scripted_logp,
-)
+from rti_jax.policy.tokenizer import byte_tokenizer
 from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups, turn_counts
+from intervention_doubles import NAV_TOOLS, MiniNavEnv, MiniNavScript, ScriptedPolicy, mini_nav_tasks, scripted_logp
 
 
 @pytest.fixture(scope="module")

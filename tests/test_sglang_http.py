@@ -18,7 +18,7 @@ import pytest
 
 from rti_jax.generation.base import SamplingParams
 from rti_jax.generation.sglang_http import BackendUnavailableError, SGLangHTTPBackend, SGLangProtocolError
-from rti_jax.intervention.testing import BigramBackend
+from intervention_doubles import BigramBackend
 
 
 class FakeSGLang:

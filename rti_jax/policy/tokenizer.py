@@ -21,6 +21,11 @@ consecutive tool messages as one user turn of ``<tool_response>`` blocks, option
 passed and the system prompt does not already list them (the Navigation system prompt
 does, so ``ChatFormatter(tok)`` and ``ChatFormatter(tok, env.tool_schemas())`` give the
 same ids there).
+
+``byte_tokenizer()`` is the untrained counterpart: the 256 byte symbols and the nine special and
+markup tokens (all special), with ``BYTE_CHAT_TEMPLATE``, a plain ChatML template that lists
+``tools`` as JSON lines. It is built in memory, so tests and benchmarks get a real tokenizer
+without training or downloading one.
 """
 
 from __future__ import annotations
@@ -127,4 +132,49 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int = 2048, path: str | o
   fast.chat_template = CHAT_TEMPLATE
   if path is not None:
     fast.save_pretrained(os.fspath(path))
+  return fast
+
+
+BYTE_CHAT_TEMPLATE = r"""
+{%- if tools -%}
+{{- '<|im_start|>system\n' -}}
+{%- if messages[0].role == 'system' -%}{{- messages[0].content + '\n\n' -}}{%- endif -%}
+{{- '# Tools\n<tools>\n' -}}
+{%- for t in tools -%}{{- t | tojson -}}{{- '\n' -}}{%- endfor -%}
+{{- '</tools><|im_end|>\n' -}}
+{%- elif messages[0].role == 'system' -%}
+{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' -}}
+{%- endif -%}
+{%- for m in messages -%}
+{%- if m.role == 'system' and loop.first -%}
+{%- elif m.role == 'tool' -%}
+{%- if loop.first or messages[loop.index0 - 1].role != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}
+{{- '\n<tool_response>\n' + m.content + '\n</tool_response>' -}}
+{%- if loop.last or messages[loop.index0 + 1].role != 'tool' -%}{{- '<|im_end|>\n' -}}{%- endif -%}
+{%- else -%}
+{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}
+"""
+
+
+def byte_tokenizer() -> PreTrainedTokenizerFast:
+  """An untrained byte-level tokenizer: 256 byte tokens, then ``SPECIAL_TOKENS`` and
+  ``MARKUP_TOKENS`` as special tokens (ids 256..264), with ``BYTE_CHAT_TEMPLATE``."""
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+  alphabet = pre_tokenizers.ByteLevel.alphabet()
+  vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+  tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+  tok.decoder = decoders.ByteLevel()
+  fast = PreTrainedTokenizerFast(
+    tokenizer_object=tok,
+    eos_token=END_OF_TURN,
+    pad_token=PAD_TOKEN,
+    unk_token=None,
+    additional_special_tokens=[*SPECIAL_TOKENS, *MARKUP_TOKENS],
+  )
+  fast.chat_template = BYTE_CHAT_TEMPLATE
   return fast

@@ -1,7 +1,7 @@
-"""Small, deterministic stand-ins for tests and examples (no model, no network).
+"""Test doubles for the rollout engine and the intervention pipeline (no model, no network).
 
-* ``byte_tokenizer()``: a byte-level tokenizer with Qwen-style special tokens and a
-  ChatML chat template that renders ``tools`` (built in memory, nothing downloaded).
+Pair them with ``rti_jax.policy.tokenizer.byte_tokenizer()``, the untrained byte-level tokenizer.
+
 * ``BigramBackend``: a ``GenerationBackend`` whose policy is a fixed random bigram
   table, so generate and score are exact and cheap.
 * ``MiniNavEnv``: a three-tool navigation environment (poi_search / around_search /
@@ -9,6 +9,8 @@
   (exact coordinates of the direction call).
 * ``ScriptedPolicy``: a backend that answers each prompt with a scripted reply
   chosen from the decoded conversation, with scripted log-probs.
+* ``FEEDBACK_MARKER`` and the role markers: the words by which a scripted reply tells a
+  correction prompt, and each judge prompt, apart.
 """
 
 from __future__ import annotations
@@ -23,62 +25,6 @@ import numpy as np
 from rti_jax.envs.base import Environment, StepResult, Transcript
 from rti_jax.envs.tool_calls import parse_assistant_turn
 from rti_jax.generation.base import Completion, SamplingParams
-
-SPECIAL_TOKENS = [
-  "<|endoftext|>",
-  "<|im_start|>",
-  "<|im_end|>",
-  "<tool_call>",
-  "</tool_call>",
-  "<tool_response>",
-  "</tool_response>",
-  "<think>",
-  "</think>",
-]
-
-CHATML_TOOLS_TEMPLATE = r"""
-{%- if tools -%}
-{{- '<|im_start|>system\n' -}}
-{%- if messages[0].role == 'system' -%}{{- messages[0].content + '\n\n' -}}{%- endif -%}
-{{- '# Tools\n<tools>\n' -}}
-{%- for t in tools -%}{{- t | tojson -}}{{- '\n' -}}{%- endfor -%}
-{{- '</tools><|im_end|>\n' -}}
-{%- elif messages[0].role == 'system' -%}
-{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' -}}
-{%- endif -%}
-{%- for m in messages -%}
-{%- if m.role == 'system' and loop.first -%}
-{%- elif m.role == 'tool' -%}
-{%- if loop.first or messages[loop.index0 - 1].role != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}
-{{- '\n<tool_response>\n' + m.content + '\n</tool_response>' -}}
-{%- if loop.last or messages[loop.index0 + 1].role != 'tool' -%}{{- '<|im_end|>\n' -}}{%- endif -%}
-{%- else -%}
-{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' -}}
-{%- endif -%}
-{%- endfor -%}
-{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}
-"""
-
-
-def byte_tokenizer() -> Any:
-  """A byte-level ``PreTrainedTokenizerFast`` (256 byte tokens + specials) with a ChatML+tools template."""
-  from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-  from transformers import PreTrainedTokenizerFast
-
-  alphabet = pre_tokenizers.ByteLevel.alphabet()
-  vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
-  tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-  tok.decoder = decoders.ByteLevel()
-  fast = PreTrainedTokenizerFast(
-    tokenizer_object=tok,
-    eos_token="<|im_end|>",
-    pad_token="<|endoftext|>",
-    unk_token=None,
-    additional_special_tokens=SPECIAL_TOKENS,
-  )
-  fast.chat_template = CHATML_TOOLS_TEMPLATE
-  return fast
 
 
 class BigramBackend:
