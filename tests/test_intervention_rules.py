@@ -175,7 +175,8 @@ def test_rules_on_the_real_env_oracle_never_flagged_naive_failures_always(bench)
 def test_false_claims_about_where_places_were_found_are_rejected(bench):
   """The check line and the oracle's re-search sentence, as the oracle writes them, always hold
   (200 train tasks); each false variant is rejected as ``false_claim`` with a reason."""
-  from rti_jax.envs.navigation.agents import CheckedAgent, search_resolution
+  from rti_jax.envs.navigation.agents import search_resolution
+  from rti_jax.policy.check_line import CheckedAgent
   from rti_jax.intervention.rules_navigation import claim_errors
 
   env = nav.NavigationEnv(bench.world)

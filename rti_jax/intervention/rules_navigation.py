@@ -1,6 +1,6 @@
 """Rule-based Validator and Verifier for Navigation (App. A.1.2 hard rules, no LLM).
 
-These are the defaults for a tiny CPU policy that cannot act as a judge. They read
+These are the defaults for a small policy that cannot act as a judge. They read
 the same inputs as the LLM roles (``StepContext``) and return the same judgements.
 
 Validator (reward-oriented, Sec. 4.1: flags only derailing steps), on the draft u^_k:
@@ -25,10 +25,10 @@ Verifier (integrity, App. A.1.2), on the correction u~_k; rejects:
     in the user question nor in the visible history;
   * ``false_claim``: a statement about where a searched place was found that the visible
     search results contradict: the check line (``Check: Nanhu Lake in Wuhan.`` /
-    ``Check: all in Chengdu.``, ``agents.check_line``) or ``Nanhu Lake was found in Wuhan, far
-    from the other places in Chengdu.`` (the paper's criterion 2, "adds or modifies key facts
-    that come neither from the user question nor the visible history", for facts this module
-    can read off the results; ``claim_errors``);
+    ``Check: all in Chengdu.``, ``rti_jax.policy.check_line``) or ``Nanhu Lake was found in
+    Wuhan, far from the other places in Chengdu.`` (the Verifier's second criterion, a key
+    fact that follows from neither the question nor the visible history, for the facts this
+    module can read off the results; ``claim_errors``);
   * ``hallucinated_tool_result``: the reply writes a tool response itself;
   * ``not_improved``: the reply itself breaks a Validator rule (checked only when the
     reply is otherwise clean).
@@ -49,10 +49,11 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any, Sequence
 
-from rti_jax.envs.navigation.agents import CHECK_PREFIX, search_resolution
+from rti_jax.envs.navigation.agents import search_resolution
 from rti_jax.envs.navigation.world import without_label
 from rti_jax.envs.tool_calls import ToolCall, parse_assistant_turn
 from rti_jax.intervention.judges import StepContext, ValidatorJudgement, VerifierJudgement
+from rti_jax.policy.check_line import CHECK_PREFIX
 
 _COORD_RE = re.compile(r"(?<![\d.])(-?\d{1,3}\.\d+)\s*,\s*(-?\d{1,2}\.\d+)(?![\d.])")
 _LEAK_RE = re.compile(
