@@ -197,7 +197,7 @@ def test_malformed_llm_validator_is_counted_and_never_intervenes(tok, fmt):
                                 task_id=lambda t: t.task_id)
   assert stats.steps_total == 3 and stats.validator_malformed == 3 and stats.steps_flagged == 0
   assert stats.corrections_applied == 0 and new[1] == groups[1]
-  # the judge saw the paper's Validator prompt with the reward-side route
+  # the judge saw the Validator prompt with the reward-side route
   assert VALIDATOR_MARKER in judge.calls[0] and "121.5409,25.0533" in judge.calls[0]
   assert not any(FEEDBACK_MARKER in c for c in policy.calls)
 
