@@ -29,14 +29,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-HERE = pathlib.Path(__file__).resolve().parent
-for _p in (str(HERE.parent), str(HERE)):
-  if _p not in sys.path:
-    sys.path.insert(0, _p)
-
-import navigation as nav_exp  # noqa: E402
-from rti_jax import reporting  # noqa: E402
-from rti_jax.config import load_config  # noqa: E402
+from experiments import navigation as nav_exp
+from rti_jax import experiment, reporting
+from rti_jax.config import load_config
 
 DELTAS = (0.0, 3.0, 5.0, 20.0, math.inf)
 #: per-iteration keys present in an RTI record but not in GRPO's loss metrics.
@@ -64,11 +59,11 @@ def parse_delta(text: str) -> float:
 QUICK = [*nav_exp.QUICK, "train.eval_samples=4", "train.eval_every=1"]  # a Fig. 3 point per iteration
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
-  p = nav_exp.common_parser("run.py --exp=delta_sweep", __doc__, "runs/<name>-delta-<time>")
+  p = experiment.common_parser("run.py --exp=delta_sweep", __doc__, "runs/<name>-delta-<time>")
   p.add_argument("--deltas", nargs="+", default=[str(d) for d in DELTAS],
                  help="PPL-gate thresholds (numbers >= 0 or inf)")
   p.add_argument("--no-grpo", action="store_true", help="skip the GRPO reference run")
-  return nav_exp.split_overrides(p, argv)
+  return experiment.split_overrides(p, argv)
 
 
 def sweep_variants(deltas: Sequence[float], with_grpo: bool = True) -> dict[str, list[str]]:
@@ -167,13 +162,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   except argparse.ArgumentTypeError as e:
     print(e, file=sys.stderr)
     return 2
-  prepared = nav_exp.prepare_run(args, unknown, QUICK, "-delta")
+  prepared = experiment.prepare_run(args, unknown, QUICK, "-delta")
   if prepared is None:
     return 2
   overrides, out = prepared
   base = load_config(args.config, overrides)
   variants = sweep_variants(args.deltas, with_grpo=not args.no_grpo)
-  results = nav_exp.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
+  results = experiment.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
                         reuse=args.reuse)
   key = pass_key(base.train.eval_samples)
   cols, rows = sweep_rows(results, key)
@@ -190,8 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
       line += f" (differences: {diffs})"
     print(line)
     tables.append(line)
-  nav_exp.write_results(results, out, tables)
-  pngs = [plot_fig3(results, key, out), *nav_exp.plot(results, out)]
+  experiment.write_results(results, out, tables)
+  pngs = [plot_fig3(results, key, out), *experiment.plot(results, out)]
   print(f"run dir: {out}  (results.json, table.md, {', '.join(pngs)}, seed*/<variant>/metrics.jsonl)")
   print(f"wall time: {results['wall_s'] / 60:.1f} min")
   return 0

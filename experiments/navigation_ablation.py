@@ -11,7 +11,7 @@ trained from the same base policy, with the same budget and seed; the base polic
 variant are then evaluated on the held-out test split. The table has Table 3's layout:
 pass@1..4 and pass^1..4 (percent, mean over seeds; a k above ``train.eval_samples`` is
 shown as nan). The run dir gets ``results.json``, ``table.md``, ``ablation.png`` (pass@k and
-pass^k against k per variant) and the per-iteration plots of ``navigation.plot``.
+pass^k against k per variant) and the per-iteration plots of ``rti_jax.experiment.plot``.
 """
 
 from __future__ import annotations
@@ -23,13 +23,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-HERE = pathlib.Path(__file__).resolve().parent
-for _p in (str(HERE.parent), str(HERE)):
-  if _p not in sys.path:
-    sys.path.insert(0, _p)
-
-import navigation as nav_exp  # noqa: E402
-from rti_jax import reporting  # noqa: E402
+from experiments import navigation as nav_exp
+from rti_jax import experiment, reporting
 
 #: label -> overrides on top of the shared base config (same policy, budget and seed).
 VARIANTS: dict[str, list[str]] = {
@@ -49,9 +44,9 @@ KS = (1, 2, 3, 4)
 QUICK = [*nav_exp.QUICK, "train.eval_samples=4"]
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
-  p = nav_exp.common_parser("run.py --exp=navigation_ablation", __doc__, "runs/<name>-ablation-<time>")
+  p = experiment.common_parser("run.py --exp=navigation_ablation", __doc__, "runs/<name>-ablation-<time>")
   p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-  return nav_exp.split_overrides(p, argv)
+  return experiment.split_overrides(p, argv)
 
 
 def table3_rows(results: dict[str, Any], part: str = "all") -> tuple[list[str], list[list[Any]]]:
@@ -93,12 +88,12 @@ def plot_ablation(cols: Sequence[str], rows: Sequence[Sequence[Any]], out: pathl
 
 def main(argv: Sequence[str] | None = None) -> int:
   args, unknown = parse_args(argv)
-  prepared = nav_exp.prepare_run(args, unknown, QUICK, "-ablation")
+  prepared = experiment.prepare_run(args, unknown, QUICK, "-ablation")
   if prepared is None:
     return 2
   overrides, out = prepared
   variants = {v: VARIANTS[v] for v in args.variants}
-  results = nav_exp.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
+  results = experiment.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
                         reuse=args.reuse)
   cols, rows = table3_rows(results)
   title = f"Navigation ablation, held-out test split ({len(args.seeds)} seed(s), %; Table 3 layout)"
@@ -109,8 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     tables.append(reporting.print_table("... on the tasks that need disambiguation (%)", dcols, drows))
     results["table_disambiguation"] = {"columns": dcols, "rows": drows}
   results["table"] = {"columns": cols, "rows": rows}
-  nav_exp.write_results(results, out, tables)
-  pngs = [plot_ablation(cols, rows, out), *nav_exp.plot(results, out)]
+  experiment.write_results(results, out, tables)
+  pngs = [plot_ablation(cols, rows, out), *experiment.plot(results, out)]
   print(f"run dir: {out}  (results.json, table.md, {', '.join(pngs)}, seed*/<variant>/metrics.jsonl)")
   print(f"wall time: {results['wall_s'] / 60:.1f} min")
   return 0

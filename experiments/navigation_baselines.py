@@ -41,16 +41,10 @@ import pathlib
 import sys
 from typing import Any, Sequence
 
-HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parent
-for _p in (str(ROOT), str(HERE)):
-  if _p not in sys.path:
-    sys.path.insert(0, _p)
+from experiments import navigation as nav_exp
+from rti_jax import experiment, reporting
 
-import navigation as nav_exp  # noqa: E402
-from rti_jax import reporting  # noqa: E402
-
-DEFAULT_TEACHER = ROOT / "policies" / "navigation_teacher"
+DEFAULT_TEACHER = pathlib.Path(__file__).resolve().parents[1] / "policies" / "navigation_teacher"
 METHODS = ("grpo", "gspo", "aepo", "opd", "luffy", "rti")
 NAMES = {"base": "Base policy", "grpo": "GRPO", "gspo": "GSPO", "aepo": "AEPO", "opd": "OPD", "luffy": "LUFFY",
          "rti": "RTI"}
@@ -59,10 +53,10 @@ NAMES = {"base": "Base policy", "grpo": "GRPO", "gspo": "GSPO", "aepo": "AEPO", 
 QUICK = [*nav_exp.QUICK, "train.eval_samples=4"]
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
-  p = nav_exp.common_parser("run.py --exp=navigation_baselines", __doc__, "runs/<name>-baselines-<time>")
+  p = experiment.common_parser("run.py --exp=navigation_baselines", __doc__, "runs/<name>-baselines-<time>")
   p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
   p.add_argument("--teacher", default=str(DEFAULT_TEACHER), help="OPD teacher checkpoint (shares the tokenizer)")
-  return nav_exp.split_overrides(p, argv)
+  return experiment.split_overrides(p, argv)
 
 
 def baseline_variants(methods: Sequence[str], teacher: str | None) -> tuple[dict[str, list[str]], dict[str, str]]:
@@ -120,7 +114,7 @@ def plot_bars(cols: Sequence[str], rows: Sequence[Sequence[Any]], out: pathlib.P
 
 def main(argv: Sequence[str] | None = None) -> int:
   args, unknown = parse_args(argv)
-  prepared = nav_exp.prepare_run(args, unknown, QUICK, "-baselines")
+  prepared = experiment.prepare_run(args, unknown, QUICK, "-baselines")
   if prepared is None:
     return 2
   overrides, out = prepared
@@ -130,15 +124,15 @@ def main(argv: Sequence[str] | None = None) -> int:
   if not variants:
     print("no method left to train", file=sys.stderr)
     return 2
-  results = nav_exp.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
+  results = experiment.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
                         reuse=args.reuse)
   results["skipped"] = skipped
   cols, rows = table1_rows(results, skipped)
   table = reporting.print_table(f"Navigation baselines, held-out test split ({len(args.seeds)} seed(s), %; "
                                 "Table 1 columns)", cols, rows)
   results["table"] = {"columns": cols, "rows": rows}
-  nav_exp.write_results(results, out, [table])
-  pngs = [plot_bars(cols, rows, out), *nav_exp.plot(results, out)]
+  experiment.write_results(results, out, [table])
+  pngs = [plot_bars(cols, rows, out), *experiment.plot(results, out)]
   print(f"run dir: {out}  (results.json, table.md, {', '.join(pngs)}, seed*/<method>/metrics.jsonl)")
   print(f"wall time: {results['wall_s'] / 60:.1f} min")
   return 0

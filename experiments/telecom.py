@@ -13,7 +13,7 @@ Verifier, the policy as its own Corrector) are trained from that policy on the t
 validation split) with the same budget and seed; base, GRPO and RTI are then evaluated on the
 40 test tasks with ``train.eval_samples`` (4) samples each. Output as Navigation's: a table of
 p@1 / avg p@k / avg pk overall and per issue type, the per-seed RTI - GRPO gap,
-``results.json``, ``table.md`` and the plots of ``navigation.plot`` (Fig. 4, 5a, 5b). The test
+``results.json``, ``table.md`` and the plots of ``rti_jax.experiment.plot`` (Fig. 4, 5a, 5b). The test
 split is only ever evaluated.
 """
 
@@ -26,14 +26,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-HERE = pathlib.Path(__file__).resolve().parent
-for _path in (HERE.parent, HERE):
-  if str(_path) not in sys.path:
-    sys.path.insert(0, str(_path))
-
-import navigation  # noqa: E402  (shared parser, run-dir set-up, plots and result files)
-from rti_jax import reporting  # noqa: E402
-from rti_jax.config import load_config  # noqa: E402
+from rti_jax import experiment, reporting
+from rti_jax.config import load_config
 
 QUICK = [
     "rollout.tasks_per_iter=2", "rollout.group_size=2", "rollout.max_new_tokens=48", "env.max_turns=4",
@@ -48,13 +42,13 @@ SUBSET_COLUMNS = (("service p@1", "service_issue"), ("data p@1", "mobile_data_is
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
-  p = navigation.common_parser("run.py --exp=telecom", __doc__, "runs/<name>-<time>")
+  p = experiment.common_parser("run.py --exp=telecom", __doc__, "runs/<name>-<time>")
   p.set_defaults(config="telecom")
   p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
   p.add_argument("--policy", default=None, help="the base policy dir (overrides policy.path)")
   p.add_argument("--test-tasks", type=int, default=None,
                  help=f"evaluate only the first N test tasks (default all 40; {QUICK_TEST_TASKS} with --quick)")
-  return navigation.split_overrides(p, argv)
+  return experiment.split_overrides(p, argv)
 
 
 def make_source(cfg: Any, test_tasks: int | None) -> Any:
@@ -76,14 +70,14 @@ def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], methods: 
         test_tasks: int | None = None, progress: bool = True, reuse: Sequence[str | pathlib.Path] = ()
         ) -> dict[str, Any]:
   """Trains each method from the same base policy, budget and seed; evaluates base and each
-  on the test split (``navigation.run`` with the Telecom source). ``runs[seed][method]`` is the
+  on the test split (``rti_jax.experiment.run`` with the Telecom source). ``runs[seed][method]`` is the
   final evaluation, ``runs[seed][method + "_records"]`` the per-iteration metrics (the layout
-  ``navigation.plot`` reads)."""
+  ``rti_jax.experiment.plot`` reads)."""
   base_cfg = load_config(cfg_name, list(overrides))
   if base_cfg.env.name != "telecom":
     raise SystemExit(f"--config {cfg_name}: expected env.name telecom, got {base_cfg.env.name!r}")
   variants = {m: [f"loss.method={m}"] for m in methods}
-  return navigation.run(cfg_name, overrides, seeds, variants, out, progress=progress,
+  return experiment.run(cfg_name, overrides, seeds, variants, out, progress=progress,
                         source=lambda cfg: make_source(cfg, test_tasks), reuse=reuse)
 
 
@@ -122,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       print(f"--policy: {args.policy} is not a directory (build one with --exp=telecom_sft)", file=sys.stderr)
       return 2
     args.overrides = [*args.overrides, f"policy.path={args.policy}"]
-  prepared = navigation.prepare_run(args, unknown, QUICK)
+  prepared = experiment.prepare_run(args, unknown, QUICK)
   if prepared is None:
     return 2
   overrides, out = prepared
@@ -137,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   cols, rows = summary_rows(results)
   n_test = next(iter(results["runs"].values()))["base"]["num_tasks"]
   table = reporting.print_table(f"Telecom, test split ({n_test} tasks, {len(args.seeds)} seed(s), %)", cols, rows)
-  navigation.report(results, out, table, cols, rows, val_rows(results), "Last periodic evaluation (validation split; %)")
+  experiment.report(results, out, table, cols, rows, val_rows(results), "Last periodic evaluation (validation split; %)")
   return 0
 
 

@@ -1,0 +1,262 @@
+"""The multi-seed experiment runner that the experiments share.
+
+``run`` trains each variant (a label and its config overrides) from the same base policy, budget
+and seed, evaluates the base policy and every variant on the held-out test split, and returns one
+results dict; ``report`` writes it as tables (stdout and ``table.md``), ``results.json`` and the
+per-iteration plots (paper Fig. 4, 5a, 5b) into the run directory. ``common_parser`` /
+``split_overrides`` / ``prepare_run`` give every experiment the same command line (``--config``,
+``--seeds``, ``--quick``, ``--out``, ``--reuse`` and ``key=value`` overrides anywhere). The test
+split is only ever evaluated: it picks no checkpoint, stops nothing and tunes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import shutil
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from rti_jax import reporting
+from rti_jax.config import load_config, to_yaml
+
+
+def common_parser(prog: str, description: str | None, default_out: str, reuse: bool = True) -> argparse.ArgumentParser:
+  """The options every Navigation experiment shares (each adds its own)."""
+  p = argparse.ArgumentParser(prog=prog, description=description,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--config", default="navigation", help="a config name under configs/ or a YAML path")
+  p.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (table = mean over seeds)")
+  p.add_argument("--quick", action="store_true", help="a small smoke profile (CI)")
+  p.add_argument("--out", default=None, help=f"run directory (default: {default_out})")
+  p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+  if reuse:  # experiments that train through ``run``
+    p.add_argument("--reuse", nargs="+", default=[], metavar="DIR",
+                   help="earlier run directories: a training whose resolved config (seed included) equals one "
+                        "finished there is taken from there instead of run again (checked: same base evaluation)")
+  p.add_argument("overrides", nargs="*", help="config overrides key=value (anywhere on the line)")
+  return p
+
+
+def prepare_run(args: argparse.Namespace, unknown: Sequence[str], quick: Sequence[str], suffix: str = ""
+                ) -> tuple[list[str], pathlib.Path] | None:
+  """Config overrides (quick profile first) and the run directory; None (after a message) on unknown options."""
+  bad = [u for u in unknown if u.startswith("--")]
+  if bad:
+    print(f"unknown options: {bad}; see --help", file=sys.stderr)
+    return None
+  overrides = (list(quick) if args.quick else []) + list(args.overrides) + list(unknown)
+  name = load_config(args.config, overrides).name + suffix + ("-quick" if args.quick else "")
+  out = pathlib.Path(args.out) if args.out else reporting.make_run_dir("runs", name)
+  out.mkdir(parents=True, exist_ok=True)
+  return overrides, out
+
+
+def split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str] | None
+                    ) -> tuple[argparse.Namespace, list[str]]:
+  """Parses options, taking every ``key=value`` word as a config override wherever it stands
+  (so ``--seeds 0 1 train.iterations=3`` does not read the override as a seed)."""
+  argv = list(sys.argv[1:] if argv is None else argv)
+  overrides = [a for a in argv if "=" in a and not a.startswith("-")]
+  args, unknown = parser.parse_known_args([a for a in argv if a not in overrides])
+  args.overrides = list(args.overrides) + overrides
+  return args, unknown
+
+
+def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants: dict[str, Sequence[str]],
+        out: pathlib.Path, progress: bool = True, source: Callable[[Any], Any] | None = None,
+        reuse: Sequence[str | pathlib.Path] = ()) -> dict[str, Any]:
+  """Trains each variant from the same base policy, budget and seed; evaluates base and every variant.
+
+  variants: label -> extra config overrides (e.g. ``{"grpo": ["loss.method=grpo"], "rti": [...]}``).
+  source: cfg -> the ``TaskSource`` to train and evaluate on (None: the trainer's own, from ``env.name``).
+  reuse: earlier run directories (see ``reusable_runs``): a variant whose resolved config (seed
+    included) equals a training finished there is taken from there (its evaluation, per-iteration
+    metrics and training time; ``metrics.jsonl`` is copied). The base policy is still evaluated here,
+    and must give exactly the base evaluation stored with the reused run (else ValueError: the run
+    was made by other code, data or policy).
+  Returns the results dict: ``runs[seed][label]`` is the final held-out evaluation,
+  ``runs[seed][label + "_records"]`` the per-iteration metrics, ``runs[seed]["reused"]`` label ->
+  the directory a reused training came from.
+  """
+  from rti_jax.trainer import Trainer
+
+  results: dict[str, Any] = {"seeds": list(seeds), "methods": ["base", *variants], "variants": dict(variants),
+                             "runs": {}}
+  base_cfg = load_config(cfg_name, list(overrides))
+  (out / "config.yaml").write_text(to_yaml(base_cfg))
+  done = reusable_runs(reuse)
+  t_all = time.perf_counter()
+  for seed in seeds:
+    per_seed: dict[str, Any] = {}
+    reused: dict[str, dict[str, Any]] = {}
+    cfgs = {label: load_config(cfg_name, [*overrides, *extra, f"train.seed={seed}"]) for label, extra in variants.items()}
+    for label, cfg in cfgs.items():
+      run_dir = out / f"seed{seed}" / label
+      hit = done.get(to_yaml(cfg))
+      if hit is not None:
+        reused[label] = hit
+        per_seed[label], per_seed[f"{label}_records"] = hit["eval"], hit["records"]
+        per_seed[f"{label}_train_s"] = hit["train_s"]
+        run_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(hit["metrics"], run_dir / "metrics.jsonl")
+        (run_dir / "REUSED_FROM").write_text(f"{hit['dir']}\n")
+        continue
+      trainer = Trainer(cfg, run_dir, source=None if source is None else source(cfg), progress=progress)
+      test = trainer.source.test
+      if "base" not in per_seed:  # the base policy, evaluated once per seed with the same sampler
+        per_seed["base"] = trainer.evaluate(test, cfg.train.eval_samples, seed=10_000 + seed, desc="eval base")
+      t0 = time.perf_counter()
+      records = trainer.train(eval_tasks=trainer.monitor_tasks())
+      per_seed[f"{label}_train_s"] = time.perf_counter() - t0
+      per_seed[label] = trainer.evaluate(test, cfg.train.eval_samples, seed=10_000 + seed, desc=f"eval {label}")
+      per_seed[f"{label}_records"] = records
+      trainer.export(run_dir / "policy")
+    if "base" not in per_seed:  # every variant was reused: evaluate the base policy for the check
+      cfg = next(iter(cfgs.values()))
+      trainer = Trainer(cfg, out / f"seed{seed}" / "base", source=None if source is None else source(cfg),
+                        progress=progress)
+      per_seed["base"] = trainer.evaluate(trainer.source.test, cfg.train.eval_samples, seed=10_000 + seed,
+                                          desc="eval base")
+    for label, hit in reused.items():
+      if hit["base"] != per_seed["base"]["successes"]:
+        raise ValueError(f"--reuse {hit['dir']}: its base evaluation of seed {seed} differs from this run's, so "
+                         f"its {label!r} training was made by other code, data or policy; run without --reuse")
+    if reused:
+      per_seed["reused"] = {label: hit["dir"] for label, hit in reused.items()}
+    results["runs"][str(seed)] = per_seed
+  results["wall_s"] = time.perf_counter() - t_all
+  return results
+
+
+def reusable_runs(dirs: Sequence[str | pathlib.Path]) -> dict[str, dict[str, Any]]:
+  """Finished trainings of earlier run directories, keyed by their resolved config (``to_yaml``, seed
+  included): each maps to ``{"eval", "records", "train_s", "metrics", "base", "dir"}`` (``base``: the
+  base policy's per-task successes of that seed). A directory without ``results.json`` (a run that did
+  not finish) raises ValueError; the first directory wins when two hold the same training."""
+  found: dict[str, dict[str, Any]] = {}
+  for d in map(pathlib.Path, dirs):
+    path = d / "results.json"
+    if not path.exists():
+      raise ValueError(f"--reuse {d}: no results.json (not a finished run directory)")
+    stored = json.loads(path.read_text())
+    for seed, per_seed in stored.get("runs", {}).items():
+      for label, extra in stored.get("variants", {}).items():
+        metrics = d / f"seed{seed}" / label / "metrics.jsonl"
+        if label not in per_seed or "base" not in per_seed or not metrics.exists():
+          continue
+        cfg = load_config(str(d / "config.yaml"), [*extra, f"train.seed={seed}"])
+        found.setdefault(to_yaml(cfg), {
+            "eval": per_seed[label], "records": reporting.read_jsonl(metrics),
+            "train_s": per_seed.get(f"{label}_train_s"), "metrics": metrics,
+            "base": per_seed["base"]["successes"], "dir": str(d)})
+  return found
+
+
+def write_results(results: dict[str, Any], out: pathlib.Path, tables: Sequence[str]) -> None:
+  """results.json (without per-iteration records, which live in metrics.jsonl) and table.md."""
+  stored = {k: v for k, v in results.items() if k != "runs"}
+  stored["runs"] = {s: {k: v for k, v in r.items() if not k.endswith("_records")} for s, r in results["runs"].items()}
+  reporting.write_json(out / "results.json", stored)
+  (out / "table.md").write_text("\n\n".join(tables) + "\n")
+
+
+def seed_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+  cols = ["seed", *[f"{m} p@1" for m in results["methods"]], "RTI - GRPO"]
+  rows = []
+  for seed, r in results["runs"].items():
+    p = [100 * r[m]["all"]["p@1"] for m in results["methods"]]
+    gap = 100 * (r["rti"]["all"]["p@1"] - r["grpo"]["all"]["p@1"]) if "rti" in r and "grpo" in r else float("nan")
+    rows.append([seed, *p, gap])
+  return cols, rows
+
+
+def plot(results: dict[str, Any], out: pathlib.Path) -> list[str]:
+  """Fig. 4 (rollout success before/after intervention, eval Pass@4), Fig. 5a (PPL), Fig. 5b (turns)."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  written = []
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+  for seed, r in results["runs"].items():
+    for method in results["methods"][1:]:
+      recs = r.get(f"{method}_records", [])
+      its = [x["iteration"] for x in recs]
+      axes[0].plot(its, [x["reward_mean"] for x in recs], label=f"{method} s{seed} rollout")
+      if any(x.get("rti/groups_triggered", 0) for x in recs):
+        axes[0].plot(its, [x["reward_mean_after_intervention"] for x in recs], "--",
+                     label=f"{method} s{seed} after intervention")
+      ev = [(x["iteration"], x["eval"]["all"].get("pass@4", x["eval"]["all"].get("avg p@k"))) for x in recs if "eval" in x]
+      if ev:
+        axes[1].plot(*zip(*ev), marker="o", label=f"{method} s{seed}")
+  axes[0].set(title="Rollout success per iteration (Fig. 4)", xlabel="iteration", ylabel="mean reward")
+  axes[1].set(title="Pass@4 per iteration (validation split, or test monitoring)", xlabel="iteration", ylabel="pass@4")
+  for ax in axes:
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(out / "fig4_success.png", dpi=120)
+  plt.close(fig)
+  written.append("fig4_success.png")
+
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for seed, r in results["runs"].items():
+    for method in results["methods"][1:]:
+      recs = r.get(f"{method}_records", [])
+      pts = [(x["iteration"], x["rti/mean_accepted_ppl"]) for x in recs
+             if isinstance(x.get("rti/mean_accepted_ppl"), (int, float)) and np.isfinite(x["rti/mean_accepted_ppl"])]
+      if pts:
+        ax.plot(*zip(*pts), marker="o", label=f"{method} seed {seed}")
+  ax.set(title="Mean PPL of accepted interventions (Fig. 5a)", xlabel="iteration", ylabel="PPL_roll")
+  ax.grid(alpha=0.3)
+  if ax.get_legend_handles_labels()[0]:
+    ax.legend(fontsize=7)
+  else:
+    ax.text(0.5, 0.5, "no accepted interventions", ha="center", va="center", transform=ax.transAxes)
+  fig.tight_layout()
+  fig.savefig(out / "fig5a_ppl.png", dpi=120)
+  plt.close(fig)
+  written.append("fig5a_ppl.png")
+
+  methods = results["methods"][1:]
+  fig, axes = plt.subplots(1, len(methods), figsize=(5.5 * len(methods), 4), squeeze=False)
+  first = next(iter(results["runs"].values()))
+  for ax, method in zip(axes[0], methods):
+    recs = first.get(f"{method}_records", [])
+    if recs:
+      hist = np.asarray([x["turn_hist"] for x in recs], float)
+      hist = hist / np.maximum(hist.sum(axis=1, keepdims=True), 1)
+      im = ax.imshow(hist.T, aspect="auto", origin="lower", cmap="viridis",
+                     extent=(0.5, len(recs) + 0.5, -0.5, hist.shape[1] - 0.5))
+      fig.colorbar(im, ax=ax, label="share of rollouts")
+    ax.set(title=f"Turn counts per iteration, {method} (Fig. 5b)", xlabel="iteration", ylabel="turns")
+  fig.tight_layout()
+  fig.savefig(out / "fig5b_turns.png", dpi=120)
+  plt.close(fig)
+  written.append("fig5b_turns.png")
+  return written
+
+
+def report(results: dict[str, Any], out: pathlib.Path, table: str, cols: Sequence[str], rows: Sequence[Any],
+           val: tuple[list[str], list[list[Any]]], val_title: str) -> None:
+  """After the main table (already printed): the per-seed and validation tables, results.json,
+  table.md, the plots, and the run directory and wall time on stdout."""
+  scols, srows = seed_rows(results)
+  tables = [table, reporting.print_table("Per seed (p@1, %)", scols, srows)]
+  vcols, vrows = val
+  if vrows:
+    tables.append(reporting.print_table(val_title, vcols, vrows))
+    results["validation"] = {"columns": vcols, "rows": vrows}
+  results["table"] = {"columns": list(cols), "rows": list(rows)}
+  results["per_seed"] = {"columns": scols, "rows": srows}
+  write_results(results, out, tables)
+  pngs = plot(results, out)
+  print(f"run dir: {out}  (results.json, table.md, {', '.join(pngs)}, seed*/<method>/metrics.jsonl)")
+  print(f"wall time: {results['wall_s'] / 60:.1f} min")
