@@ -298,3 +298,111 @@ def mix_demonstrations(
       stats.groups_mixed += 1
       stats.demo_tokens += int(sum(demo.loss_mask))
   return out, stats
+
+
+# ---------------------------------------------------------------------------------------
+# The trainer's one plug-in point for a method
+# ---------------------------------------------------------------------------------------
+
+
+class MethodHooks:
+  """What a method adds to the trainer's loop at its three fixed points; this base is GRPO / RTI /
+  GSPO, which add nothing (GSPO is a loss over the ordinary batch).
+
+  rollout: stage 1 in place of ``rollout.rollout_groups`` (None: the default rollout).
+  after_intervention: the groups after stage 2 (e.g. with demonstrations mixed in).
+  batch_signals: per-token signals attached to each host batch before the jitted step.
+  Each returns its metric counters as a dict (merged into the iteration's record).
+  """
+
+  def __init__(self, trainer: Any) -> None:
+    self.trainer = trainer
+
+  def rollout(self, tasks: Sequence[Any], seed: int) -> tuple[list[list[Trajectory]], dict[str, Any]] | None:
+    return None
+
+  def after_intervention(self, groups: list[list[Trajectory]], tasks: Sequence[Any]
+                         ) -> tuple[list[list[Trajectory]], dict[str, Any]]:
+    return groups, {}
+
+  def batch_signals(self, batch: objectives.RTIBatch, sampling_params: Any) -> objectives.RTIBatch:
+    return batch
+
+
+class AEPOHooks(MethodHooks):
+  """AEPO: the entropy-balanced branching rollout (``baselines.aepo_branching``) and the sampling
+  policy's per-token entropy for ``objectives.aepo_advantages``."""
+
+  def __init__(self, trainer: Any) -> None:
+    super().__init__(trainer)
+    from rti_jax import aepo_rollout
+
+    bcfg = trainer.cfg.baselines
+    self.entropy_fn = make_entropy_fn(trainer.train_step.graphdef, trainer.state.rest)
+    self.branching = None
+    if bcfg.aepo_branching:
+      self.branching = aepo_rollout.BranchingConfig(
+          alloc_beta=bcfg.aepo_alloc_beta, branch_beta=bcfg.aepo_branch_beta,
+          threshold=bcfg.aepo_branch_threshold, penalty=bcfg.aepo_branch_penalty,
+      )
+      self.turn_entropy = (
+          make_turn_entropy_fn(self.entropy_fn, lambda: trainer.state.params, pad_id=trainer.pad_id,
+                               num_tokens=bcfg.aepo_entropy_tokens)
+          if bcfg.aepo_entropy == "exact" else aepo_rollout.surprisal_entropy(bcfg.aepo_entropy_tokens)
+      )
+
+  def rollout(self, tasks: Sequence[Any], seed: int) -> tuple[list[list[Trajectory]], dict[str, Any]] | None:
+    if self.branching is None:
+      return None
+    from rti_jax import aepo_rollout
+
+    t, src = self.trainer, self.trainer.source
+    groups, branched = aepo_rollout.aepo_rollout_groups(
+        tasks, src.env_factory, t.backend, t.formatter, t.rollout_config, self.branching, self.turn_entropy,
+        task_id=src.task_id, seed=seed,
+    )
+    return groups, branched.as_dict()
+
+  def batch_signals(self, batch: objectives.RTIBatch, sampling_params: Any) -> objectives.RTIBatch:
+    return add_policy_signals(batch, entropy=self.entropy_fn(sampling_params, batch.input_ids, batch.attention_mask))
+
+
+class OPDHooks(MethodHooks):
+  """OPD: the teacher's log-probs of the student's tokens (``baselines.teacher_path``)."""
+
+  def __init__(self, trainer: Any) -> None:
+    super().__init__(trainer)
+    teacher = load_teacher(trainer.cfg.baselines.teacher_path, trainer.tokenizer, trainer.model_config.vocab_size,
+                           trainer.compute_dtype)
+    self.teacher_logp_fn = make_teacher_logp_fn(teacher)
+
+  def batch_signals(self, batch: objectives.RTIBatch, sampling_params: Any) -> objectives.RTIBatch:
+    return add_policy_signals(batch, teacher_logp=self.teacher_logp_fn(batch.input_ids, batch.attention_mask))
+
+
+class LuffyHooks(MethodHooks):
+  """LUFFY: successful off-policy demonstrations mixed into the groups after stage 2."""
+
+  def __init__(self, trainer: Any) -> None:
+    super().__init__(trainer)
+    from rti_jax.policy.check_line import policy_check_line
+
+    self.demonstrator = demonstrator_for(trainer.source.domain, policy_check_line(trainer.cfg.policy.path))
+
+  def after_intervention(self, groups: list[list[Trajectory]], tasks: Sequence[Any]
+                         ) -> tuple[list[list[Trajectory]], dict[str, Any]]:
+    t = self.trainer
+    groups, mixed = mix_demonstrations(
+        groups, tasks, t.source.env_factory, self.demonstrator, t.backend, t.formatter,
+        t.rollout_config.max_prompt_tokens, task_id=t.source.task_id, when=t.cfg.baselines.luffy_when,
+    )
+    return groups, mixed.as_dict()
+
+
+#: loss.method -> its hooks (methods not listed use ``MethodHooks``).
+METHOD_HOOKS: dict[str, type[MethodHooks]] = {"aepo": AEPOHooks, "opd": OPDHooks, "luffy": LuffyHooks}
+
+
+def method_hooks(trainer: Any) -> MethodHooks:
+  """The hooks of ``trainer.cfg.loss.method``."""
+  return METHOD_HOOKS.get(trainer.cfg.loss.method, MethodHooks)(trainer)

@@ -16,10 +16,10 @@ checkpoints to ``ckpt/`` (orbax), so a killed run resumes where it stopped.
 ``method="grpo"`` is the same loop with intervention off; RTI's ablations are the
 ``intervention`` switches of the config (Verifier off, gate off, reweighting off).
 The baselines are the same loop with another registered loss (``loss.method`` gspo | aepo |
-opd | luffy) plus what ``rti_jax/baselines.py`` and ``rti_jax/aepo_rollout.py`` add at clearly marked
-points: AEPO's entropy-balanced branching rollout in place of stage 1, LUFFY's oracle
-demonstrations mixed into all-fail groups after stage 2, and AEPO's sampling-policy entropy /
-OPD's teacher log-probs attached to each batch before the jitted step.
+opd | luffy) and that method's ``baselines.MethodHooks``, called at three fixed points: its own
+stage 1 (AEPO's entropy-balanced branching rollout), the groups after stage 2 (LUFFY's oracle
+demonstrations mixed into all-fail groups) and per-token signals of each batch before the jitted
+step (AEPO's sampling-policy entropy, OPD's teacher log-probs).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import optax
 from flax import nnx
 from tqdm.auto import tqdm
 
-from rti_jax import aepo_rollout, baselines, objectives, reporting
+from rti_jax import baselines, objectives, reporting
 from rti_jax.checkpoint import TrainCheckpointer
 from rti_jax import config as config_lib
 from rti_jax.config import ExperimentConfig
@@ -107,7 +107,7 @@ class Trainer:
         raise ValueError("env: every RL train task is excluded (rl_exclude_listed); nothing to train on")
       self.source = dataclasses.replace(self.source, train=kept)
     dtypes = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-    dtype = dtypes[cfg.policy.dtype]
+    dtype = self.compute_dtype = dtypes[cfg.policy.dtype]
     self.model, self.model_config = from_pretrained(
         cfg.policy.path, dtype=dtype, param_dtype=dtypes.get(cfg.policy.param_dtype, dtype))
     self.tokenizer = AutoTokenizer.from_pretrained(cfg.policy.path)
@@ -143,32 +143,7 @@ class Trainer:
         tx_key=("clip_by_global_norm+adamw", o.max_grad_norm, o.lr, o.b1, o.b2, o.weight_decay))
     self.state: TrainState = self.train_step.state
     self.ref_params = self.state.params if cfg.loss.beta > 0 else None
-    # --- baselines (rti_jax/baselines.py): AEPO's entropy, OPD's teacher, LUFFY's demonstrator ---
-    method = cfg.loss.method
-    self.entropy_fn = baselines.make_entropy_fn(self.train_step.graphdef, self.state.rest) if method == "aepo" else None
-    self.teacher_logp_fn = None
-    if method == "opd":
-      teacher = baselines.load_teacher(cfg.baselines.teacher_path, self.tokenizer, self.model_config.vocab_size, dtype)
-      self.teacher_logp_fn = baselines.make_teacher_logp_fn(teacher)
-    if method == "luffy":
-      from rti_jax.policy.check_line import policy_check_line
-
-      self.demonstrator = baselines.demonstrator_for(self.source.domain, policy_check_line(cfg.policy.path))
-    else:
-      self.demonstrator = None
-    bcfg = cfg.baselines
-    self.aepo_branching = None
-    if method == "aepo" and bcfg.aepo_branching:  # AEPO's entropy-balanced rollout (rti_jax/aepo_rollout.py)
-      self.aepo_branching = aepo_rollout.BranchingConfig(
-          alloc_beta=bcfg.aepo_alloc_beta, branch_beta=bcfg.aepo_branch_beta,
-          threshold=bcfg.aepo_branch_threshold, penalty=bcfg.aepo_branch_penalty,
-      )
-      self.aepo_turn_entropy = (
-          baselines.make_turn_entropy_fn(self.entropy_fn, lambda: self.state.params, pad_id=self.pad_id,
-                                         num_tokens=bcfg.aepo_entropy_tokens)
-          if bcfg.aepo_entropy == "exact" else aepo_rollout.surprisal_entropy(bcfg.aepo_entropy_tokens)
-      )
-    # --- end baselines ---
+    self.hooks = baselines.method_hooks(self)  # what the configured method adds (rti_jax/baselines.py)
     self.checkpointer = TrainCheckpointer(self.run_dir / "ckpt", max_to_keep=cfg.train.keep_checkpoints)
     self.key = jax.random.key(cfg.train.seed)
     self.iteration = 0
@@ -229,33 +204,18 @@ class Trainer:
     self.key, k_roll, k_int = jax.random.split(self.key, 3)
     tasks = self.next_tasks()
     src = self.source
-    # --- baselines: AEPO's entropy-balanced branching rollout is its stage 1 (rti_jax/aepo_rollout.py) ---
-    aepo_stats: dict[str, int] = {}
-    if self.aepo_branching is not None:
-      groups, branched = aepo_rollout.aepo_rollout_groups(
-          tasks, src.env_factory, self.backend, self.formatter, self.rollout_config, self.aepo_branching,
-          self.aepo_turn_entropy, task_id=src.task_id, seed=seed_from_key(k_roll),
-      )
-      aepo_stats = branched.as_dict()
-    else:
-      groups = rollout_groups(tasks, src.env_factory, self.backend, self.formatter, self.rollout_config,
-                              task_id=src.task_id, seed=seed_from_key(k_roll))
-    # --- end baselines ---
+    seed = seed_from_key(k_roll)
+    hooked = self.hooks.rollout(tasks, seed)  # a method's own stage 1 (AEPO's branching rollout), if any
+    groups, rollout_stats = hooked if hooked is not None else (
+        rollout_groups(tasks, src.env_factory, self.backend, self.formatter, self.rollout_config,
+                       task_id=src.task_id, seed=seed), {})
     t_roll = time.perf_counter()
     rewards_before = np.asarray([[t.reward for t in g] for g in groups], np.float32)
     groups, istats = pipeline.intervene_groups(
         groups, tasks, src.env_factory, self.backend, self.formatter, self.roles, self.intervention_config,
         self.rollout_config, task_id=src.task_id, seed=seed_from_key(k_int),
     )
-    # --- baselines: LUFFY mixes off-policy demonstrations into groups (rti_jax/baselines.py) ---
-    luffy_stats: dict[str, int] = {}
-    if self.demonstrator is not None:
-      groups, mixed = baselines.mix_demonstrations(
-          groups, tasks, src.env_factory, self.demonstrator, self.backend, self.formatter,
-          self.rollout_config.max_prompt_tokens, task_id=src.task_id, when=self.cfg.baselines.luffy_when,
-      )
-      luffy_stats = mixed.as_dict()
-    # --- end baselines ---
+    groups, mixed_stats = self.hooks.after_intervention(groups, tasks)  # e.g. LUFFY's demonstrations
     t_int = time.perf_counter()
     rewards_after = np.asarray([[t.reward for t in g] for g in groups], np.float32)
     update_metrics = self.update(groups)
@@ -282,8 +242,8 @@ class Trainer:
         "tokens_per_s": num_tokens / max(t_end - t0, 1e-9),
     }
     record.update(istats.as_dict())
-    record.update(luffy_stats)
-    record.update(aepo_stats)  # --- baselines: AEPO's branching counters (empty otherwise) ---
+    record.update(mixed_stats)
+    record.update(rollout_stats)
     record.update(update_metrics)
     return record
 
@@ -327,15 +287,7 @@ class Trainer:
 
   def _device_batch(self, batch: objectives.RTIBatch, sampling_params: Any) -> objectives.RTIBatch:
     """A host batch with the baselines' per-token signals and the reference log-probs, on the mesh."""
-    # --- baselines: AEPO's entropy / OPD's teacher log-probs (rti_jax/baselines.py) ---
-    batch = baselines.add_policy_signals(
-        batch,
-        entropy=None if self.entropy_fn is None else self.entropy_fn(sampling_params, batch.input_ids,
-                                                                     batch.attention_mask),
-        teacher_logp=None if self.teacher_logp_fn is None else self.teacher_logp_fn(batch.input_ids,
-                                                                                    batch.attention_mask),
-    )
-    # --- end baselines ---
+    batch = self.hooks.batch_signals(batch, sampling_params)  # e.g. AEPO's entropy, OPD's teacher log-probs
     if self.ref_params is not None:
       batch = dataclasses.replace(batch, ref_logp=self._logp_fn(self.ref_params, batch.input_ids, batch.attention_mask))
     return self.train_step.shard_batch(batch)

@@ -303,4 +303,4 @@ def test_trainer_aepo_rolls_out_with_branching_and_counts_it(tmp_path):
   # a random policy's step entropies barely differ: any dH > 0 forks (branch_beta = 1e9), budget allowing
   assert rec["aepo/branches"] == min(rec["aepo/fork_candidates"], 8 - rec["aepo/planned_global"])
   off = Trainer(cfg("baselines.aepo_branching=false"), tmp_path / "off", source=source, progress=False)
-  assert off.aepo_branching is None and trainer.aepo_branching.penalty == 0.0
+  assert off.hooks.branching is None and trainer.hooks.branching.penalty == 0.0
