@@ -6,9 +6,9 @@ config says so. Qwen3-MoE expert rows (``{j}`` in the HF name) map the HF per-ex
 tensors onto one Flax leaf stacked over experts. :func:`from_pretrained` and
 :func:`save_pretrained` walk the same rows, so the two directions cannot drift apart.
 
-Logical axes map to mesh axes through :data:`DEFAULT_SHARDING_RULES` (the only place
-mesh axis names appear); a dimension that the mesh axis does not divide is replicated
-and counted in ``LoadReport.replicated``.
+Logical axes map to mesh axes through the one sharding table, ``rti_jax.sharding.LOGICAL_AXIS_RULES``
+(the trainer's); a dimension that its mesh axes do not divide, or whose mesh axes an earlier
+dimension already uses, is replicated and counted in ``LoadReport.replicated``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from safetensors.numpy import save_file
 
 from models.config import QwenConfig
 from models.qwen import Qwen
+from rti_jax.sharding import LOGICAL_AXIS_RULES, Rules, logical_to_spec
 
 Axes = tuple[str | None, ...]
 
@@ -87,11 +88,11 @@ WEIGHT_TABLE: tuple[WeightSpec, ...] = (
              when=lambda c, i: not c.tie_word_embeddings),
   WeightSpec(_L + "input_layernorm.weight", _F + "input_norm.scale", False, (None,)),
   WeightSpec(_L + "post_attention_layernorm.weight", _F + "post_attn_norm.scale", False, (None,)),
-  WeightSpec(_L + "self_attn.q_proj.weight", _F + "attn.q_proj.kernel", True, ("embed", "q_heads")),
+  WeightSpec(_L + "self_attn.q_proj.weight", _F + "attn.q_proj.kernel", True, ("embed", "heads")),
   WeightSpec(_L + "self_attn.k_proj.weight", _F + "attn.k_proj.kernel", True, ("embed", "kv_heads")),
   WeightSpec(_L + "self_attn.v_proj.weight", _F + "attn.v_proj.kernel", True, ("embed", "kv_heads")),
-  WeightSpec(_L + "self_attn.o_proj.weight", _F + "attn.o_proj.kernel", True, ("q_heads", "embed")),
-  WeightSpec(_L + "self_attn.q_proj.bias", _F + "attn.q_proj.bias", False, ("q_heads",),
+  WeightSpec(_L + "self_attn.o_proj.weight", _F + "attn.o_proj.kernel", True, ("heads", "embed")),
+  WeightSpec(_L + "self_attn.q_proj.bias", _F + "attn.q_proj.bias", False, ("heads",),
              when=lambda c, i: c.qkv_bias),
   WeightSpec(_L + "self_attn.k_proj.bias", _F + "attn.k_proj.bias", False, ("kv_heads",),
              when=lambda c, i: c.qkv_bias),
@@ -117,17 +118,6 @@ WEIGHT_TABLE: tuple[WeightSpec, ...] = (
   WeightSpec(_L + "mlp.experts.{j}.down_proj.weight", _F + "mlp.down_proj", True,
              ("experts", "mlp", "embed"), when=_moe),
 )
-
-#: logical axis -> mesh axis name (absent from the mesh = replicated). Tensor parallel
-#: over "model" for heads / MLP / vocab, FSDP-style over "data" for the embedding dim.
-DEFAULT_SHARDING_RULES: dict[str, str | None] = {
-  "vocab": "model",
-  "q_heads": "model",
-  "kv_heads": "model",
-  "mlp": "model",
-  "experts": "model",
-  "embed": "data",
-}
 
 #: HF tensors that may appear in a checkpoint and carry no parameters we need.
 _IGNORED_HF_SUFFIXES: tuple[str, ...] = ("rotary_emb.inv_freq",)
@@ -188,23 +178,11 @@ def _checkpoint_files(path: str) -> dict[str, str]:
 
 
 def partition_spec(spec: WeightSpec, shape: tuple[int, ...], mesh: Mesh,
-                   rules: dict[str, str | None]) -> tuple[PartitionSpec, bool]:
+                   rules: Rules = LOGICAL_AXIS_RULES) -> tuple[PartitionSpec, bool]:
   """The PartitionSpec of a Flax leaf; second value is True if a dim fell back to replicated."""
-  out: list[str | None] = []
-  fell_back = False
-  used: set[str] = set()
-  for dim, axis in zip(shape, spec.axes):
-    mesh_axis = rules.get(axis) if axis else None
-    if mesh_axis is None or mesh_axis not in mesh.shape or mesh_axis in used:
-      out.append(None)
-      continue
-    if dim % mesh.shape[mesh_axis]:
-      out.append(None)
-      fell_back = True
-      continue
-    used.add(mesh_axis)
-    out.append(mesh_axis)
-  return PartitionSpec(*out), fell_back
+  fallbacks: list[str] = []
+  pspec = logical_to_spec(spec.axes, mesh=mesh, shape=shape, rules=rules, fallbacks=fallbacks, name=spec.hf)
+  return pspec, bool(fallbacks)
 
 
 def abstract_model(config: QwenConfig, dtype: Any = jnp.float32, param_dtype: Any | None = None,
@@ -217,7 +195,7 @@ def abstract_model(config: QwenConfig, dtype: Any = jnp.float32, param_dtype: An
 
 
 def from_pretrained(path: str | os.PathLike, *, dtype: Any = jnp.float32, param_dtype: Any | None = None,
-                    mesh: Mesh | None = None, rules: dict[str, str | None] | None = None,
+                    mesh: Mesh | None = None, rules: Rules = LOGICAL_AXIS_RULES,
                     precision: jax.lax.Precision | None = None,
                     report: LoadReport | None = None) -> tuple[Qwen, QwenConfig]:
   """Loads a local HF Qwen2/Qwen3 checkpoint into a Flax model.
@@ -230,7 +208,7 @@ def from_pretrained(path: str | os.PathLike, *, dtype: Any = jnp.float32, param_
     bf16's resolution (8 bits of mantissa) for weights of size 1e-2.
   mesh: if given, each parameter is created directly with its ``NamedSharding`` (per-shard
     reads from the safetensors file; no device ever holds the whole model).
-  rules: logical axis -> mesh axis, default :data:`DEFAULT_SHARDING_RULES`.
+  rules: logical axis -> mesh axes, default ``rti_jax.sharding.LOGICAL_AXIS_RULES``.
   precision: matmul precision; default HIGHEST for float32 (matches torch's fp32 numbers on
     GPUs too, where the default would use TF32), DEFAULT for bf16 / fp16.
   report: filled with ignored tensors and replicated fallbacks.
@@ -239,7 +217,6 @@ def from_pretrained(path: str | os.PathLike, *, dtype: Any = jnp.float32, param_
   """
   path = os.fspath(path)
   config = QwenConfig.from_pretrained(path)
-  rules = DEFAULT_SHARDING_RULES if rules is None else rules
   report = report if report is not None else LoadReport()
   dt = _resolve_dtype(dtype)
   pdt = _resolve_dtype(param_dtype) if param_dtype is not None else dt
@@ -291,7 +268,7 @@ def from_pretrained(path: str | os.PathLike, *, dtype: Any = jnp.float32, param_
 
 
 def _load_leaf(tensors: list[Any], spec: WeightSpec, shape: tuple[int, ...], dt: jnp.dtype,
-               mesh: Mesh | None, rules: dict[str, str | None], hf: str,
+               mesh: Mesh | None, rules: Rules, hf: str,
                report: LoadReport) -> jax.Array:
   """Reads one leaf (whole, or shard by shard with a mesh): transposes, stacks experts, casts."""
 

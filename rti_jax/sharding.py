@@ -47,6 +47,7 @@ LOGICAL_AXIS_RULES: Mapping[str, tuple[str, ...] | None] = {
     "mlp": ("tensor",),
     "heads": ("tensor",),
     "kv_heads": ("tensor",),
+    "experts": ("tensor",),
     "head_dim": None,
     "norm": None,
     "layers": None,
@@ -54,6 +55,9 @@ LOGICAL_AXIS_RULES: Mapping[str, tuple[str, ...] | None] = {
     "fallback": ("fsdp",),
 }
 """Logical axis name -> tuple of mesh axes (or None = replicated). The single sharding table."""
+
+Rules = Mapping[str, "tuple[str, ...] | None"]
+"""The type of a sharding table."""
 
 LOGICAL_AXES_KEY = "logical_axes"
 """Variable metadata key holding a parameter's logical axis names (one per dimension)."""

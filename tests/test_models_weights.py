@@ -129,13 +129,18 @@ def test_save_sharded_bf16_round_trips(tmp_path):
 
 
 def test_indivisible_dims_fall_back_to_replicated():
-  from jax.sharding import AbstractMesh, PartitionSpec
-  mesh = AbstractMesh((2, 4), ("data", "model"))
+  """The loader reads the trainer's sharding table (rti_jax.sharding): embed over fsdp, heads over tensor."""
+  from jax.sharding import AbstractMesh
+
+  mesh = AbstractMesh((1, 2, 4), ("data", "fsdp", "tensor"))
   spec = next(s for s in WEIGHT_TABLE if s.hf.endswith("k_proj.weight"))
-  assert partition_spec(spec, (32, 16), mesh, {"embed": "data", "kv_heads": "model"}) == (
-    PartitionSpec("data", "model"), False)
-  assert partition_spec(spec, (32, 6), mesh, {"embed": "data", "kv_heads": "model"}) == (
-    PartitionSpec("data", None), True)
+  pspec, fell_back = partition_spec(spec, (32, 16), mesh)
+  assert (tuple(pspec), fell_back) == (("fsdp", "tensor"), False)
+  pspec, fell_back = partition_spec(spec, (32, 6), mesh)
+  assert (tuple(pspec), fell_back) == (("fsdp", None), True)
+  experts = next(s for s in WEIGHT_TABLE if s.hf.endswith("experts.{j}.gate_proj.weight"))
+  pspec, _ = partition_spec(experts, (4, 32, 16), mesh)
+  assert tuple(pspec) == ("tensor", "fsdp", None)  # mlp's tensor axis is taken by experts
 
 
 _MESH_SCRIPT = textwrap.dedent("""
@@ -143,12 +148,13 @@ _MESH_SCRIPT = textwrap.dedent("""
   os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
   sys.path[:0] = [{root!r}]
   import jax, numpy as np
-  from jax.sharding import AxisType, NamedSharding
+  from jax.sharding import NamedSharding
   from flax import nnx
   import models
   from models.weights import expand_table
+  from rti_jax.sharding import make_mesh
   def check(path):
-    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    mesh = make_mesh(data=1, fsdp=2, tensor=4)
     model, config = models.from_pretrained(path, mesh=mesh)
     leaves = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
     n_split = 0
@@ -162,13 +168,13 @@ _MESH_SCRIPT = textwrap.dedent("""
         n_split += 1
     assert n_split >= 9, n_split
     P = jax.sharding.PartitionSpec
-    if config.num_experts:  # [experts, embed, mlp]: experts over "model", embed over "data"
+    if config.num_experts:  # [experts, embed, mlp]: experts over "tensor", embed over "fsdp"
       experts = leaves[("layers", 0, "mlp", "gate_proj")].get_value()
-      assert experts.sharding.spec == P("model", "data", None), experts.sharding.spec
+      assert experts.sharding.spec == P("tensor", "fsdp", None), experts.sharding.spec
       assert experts.addressable_shards[0].data.shape == (1, 16, 16)
     else:
       kernel = leaves[("layers", 0, "mlp", "gate_proj", "kernel")].get_value()
-      assert kernel.sharding.spec == P("data", "model"), kernel.sharding.spec
+      assert kernel.sharding.spec == P("fsdp", "tensor"), kernel.sharding.spec
       assert kernel.addressable_shards[0].data.shape == (16, 12)
     batch = np.load(os.path.join(path, "batch.npz"))
     ids, mask, want = batch["ids"], batch["mask"], batch["logits"]
