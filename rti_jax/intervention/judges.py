@@ -3,8 +3,8 @@
 * ``StepContext`` is what every role sees for step k of an intervened rollout: the
   user query, the observable history h_{1:k-1}, the draft u^_k, the tool schemas and
   the reward-side evidence l (privileged).
-* LLM-backed roles render the paper's prompt templates (App. A.1, files in
-  ``prompts/``), generate with a ``GenerationBackend`` (the policy itself by default,
+* LLM-backed roles render the prompt templates in ``prompts/`` (the inputs, rules and JSON
+  output of App. A.1, in the project's own words), generate with a ``GenerationBackend`` (the policy itself by default,
   i.e. self-intervention, or a separate endpoint, Sec. 5.5) and parse JSON tolerantly
   (``<think>`` blocks, code fences, text around the object).
 * A malformed or incomplete judgement gets a conservative default and is flagged
@@ -297,7 +297,7 @@ def _tau2_reference(evidence: dict[str, Any]) -> dict[str, str]:
 
 
 def validator_prompt(ctx: StepContext) -> str:
-  """The Validator prompt of App. A.1 for ``ctx.domain``."""
+  """The Validator prompt (App. A.1) for ``ctx.domain``."""
   if ctx.domain == "navigation":
     return render(
       "navigation_validator", history_json=history_json(ctx.history), response_text=ctx.draft, **_nav_reference(ctx.evidence)
@@ -313,7 +313,7 @@ def validator_prompt(ctx: StepContext) -> str:
 
 
 def corrector_prompt(ctx: StepContext, judgement: ValidatorJudgement) -> str:
-  """The Corrector prompt of App. A.1 (history, tools, evidence, prior draft, feedback)."""
+  """The Corrector prompt (App. A.1: history, tools, evidence, prior draft, feedback)."""
   feedback = json.dumps(
     {"error_types": list(judgement.error_types), "diagnosis": judgement.diagnosis, "suggest_next": judgement.suggest_next},
     ensure_ascii=False,
@@ -332,7 +332,7 @@ def corrector_prompt(ctx: StepContext, judgement: ValidatorJudgement) -> str:
 
 
 def verifier_prompt(ctx: StepContext, corrected: str) -> str:
-  """The Verifier prompt of App. A.1 (visible info, prior draft, calibrated reply)."""
+  """The Verifier prompt (App. A.1: visible info, prior draft, calibrated reply)."""
   common = dict(
     user_prompt=ctx.user_query, tools=tools_json(ctx.tools), history=history_json(ctx.history), original=ctx.draft, corrected=corrected
   )
@@ -394,7 +394,7 @@ class JudgeLLM:
 
 
 class LLMValidator:
-  """Validator served by an LLM with the App. A.1 prompt."""
+  """Validator served by an LLM with its App. A.1-style prompt."""
 
   def __init__(self, llm: JudgeLLM) -> None:
     self.llm = llm
@@ -404,7 +404,7 @@ class LLMValidator:
 
 
 class LLMCorrector:
-  """Corrector served by an LLM with the App. A.1 prompt; its JSON is written in agent format."""
+  """Corrector served by an LLM with its App. A.1-style prompt; its JSON is written in agent format."""
 
   def __init__(self, llm: JudgeLLM) -> None:
     self.llm = llm
@@ -430,7 +430,7 @@ class LLMCorrector:
 
 
 class LLMVerifier:
-  """Verifier served by an LLM with the App. A.1 prompt."""
+  """Verifier served by an LLM with its App. A.1-style prompt."""
 
   def __init__(self, llm: JudgeLLM) -> None:
     self.llm = llm
