@@ -4,9 +4,9 @@
   user query, the observable history h_{1:k-1}, the draft u^_k, the tool schemas and
   the reward-side evidence l (privileged).
 * LLM-backed roles render the prompt templates in ``prompts/`` (the inputs, rules and JSON
-  output of App. A.1, in the project's own words), generate with a ``GenerationBackend`` (the policy itself by default,
-  i.e. self-intervention, or a separate endpoint, Sec. 5.5) and parse JSON tolerantly
-  (``<think>`` blocks, code fences, text around the object).
+  output of App. A.1, in the project's own words), generate with a ``GenerationBackend``
+  (the policy itself by default, i.e. self-intervention, or a separate endpoint, Sec. 5.5)
+  and parse JSON tolerantly (``<think>`` blocks, code fences, text around the object).
 * A malformed or incomplete judgement gets a conservative default and is flagged
   (``malformed=True``) so ``InterventionStats`` counts it:
     - Validator: ``is_valid=True`` (no intervention; the draft is kept);
