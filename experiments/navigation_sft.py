@@ -1,16 +1,24 @@
 """Builds the tiny base policy for Navigation by SFT on scripted train-split trajectories.
 
-``python experiments/run.py --exp=navigation_sft`` trains the tokenizer and a tiny Qwen3
-from a seed, writes the HF checkpoint (``policies/navigation_tiny`` by default; transformers
-and ``models.from_pretrained`` load it), then reloads it and measures its behaviour with the
-real sampler on train and test tasks: pass rates on tasks with and without the need to
-disambiguate, pass@k and all-fail groups, and self-intervention with the rule-based
-Validator (does the policy follow the feedback; PPL_roll of its corrections, Eq. 3-4).
-The run dir gets ``metrics.json``, ``loss.png`` and ``sft_data.json`` (the mix).
-``--quick`` is a seconds-long smoke run for tests (tiny model, few tasks).
+    python experiments/run.py --exp=navigation_sft [key=value ...]          # configs/sft_navigation.yaml
+    python experiments/run.py --exp=navigation_sft --chain DIR [--chain-to STAGE]
+    python experiments/run.py --exp=navigation_sft --quick --out /tmp/nsft  # a smoke build (seconds)
 
-The default policy (``policies/navigation_base``, build 11) is four such builds, each
-continuing the previous one; ``--chain DIR`` runs all four (``CHAIN``).
+The build's config is ``configs/sft_navigation.yaml`` (``--config``) read into
+``rti_jax.policy.build_config.NavigationSFTConfig``, then the ``--quick`` profile, then the
+``key=value`` overrides; an unknown key or a wrong type is an error naming the key. It trains the
+tokenizer and a tiny Qwen3 from a seed (or continues the policy ``init=DIR``), writes the HF
+checkpoint (``--policy-dir``, default ``<out>/policy``; transformers and ``models.from_pretrained``
+load it) with ``build.json`` (the resolved config and the overrides), then reloads it and measures
+its behaviour with the real sampler on train and test tasks: pass rates on tasks with and without
+the need to disambiguate, pass@k and all-fail groups, and self-intervention with the rule-based
+Validator (does the policy follow the feedback; PPL_roll of its corrections, Eq. 3-4). The run dir
+(``--out``) gets ``metrics.json`` and ``loss.png``.
+
+``--chain DIR`` builds a shipped policy from scratch: the stages of ``policies/LINEAGE.yaml`` that
+lead to ``--chain-to`` (default ``b11``, the default policy ``policies/navigation_base``), each into
+``DIR/<stage>`` and continuing the previous one; overrides on the command line apply to every
+stage, and a stage whose ``DIR/<stage>/policy/build.json`` already holds its config is kept.
 """
 
 from __future__ import annotations
@@ -22,141 +30,96 @@ import os
 import pathlib
 import sys
 import time
-from typing import Any
+from typing import Any, Sequence
+
+from rti_jax.config import ConfigError
+from rti_jax.policy import build_config, lineage
+from rti_jax.policy.build_config import NavigationSFTConfig
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-for _path in (ROOT, ROOT / "experiments"):
-  if str(_path) not in sys.path:
-    sys.path.insert(0, str(_path))
-
-DEFAULT_POLICY_DIR = ROOT / "policies" / "navigation_tiny"
-
-#: The stages that build the default policy (build 11) from scratch: build 7, then builds 9, 10 and
-#: 11, each continuing the previous one (``--chain DIR``; docs/tiny_policy.md). ``{prev}`` is the
-#: previous stage's policy dir. The shipped dirs: policies/navigation_tiny, _b9, _b10, _b11.
-CHAIN: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("b7", ()),
-    ("b9", ("--init", "{prev}", "--check-line", "1", "--epochs", "1", "--warmup-epochs", "0", "--lr", "1e-3")),
-    ("b10", ("--init", "{prev}", "--check-line", "1", "--complete-share", "1.0", "--epochs", "1",
-             "--warmup-epochs", "0", "--lr", "1e-3")),
-    ("b11", ("--init", "{prev}", "--check-line", "1", "--complete-share", "1.0", "--resolve-share", "0",
-             "--epochs", "1", "--warmup-epochs", "0", "--lr", "1e-3")),
-)
 
 
-def chain_argv(chain_dir: str, extra: list[str]) -> list[list[str]]:
-  """Per ``CHAIN`` stage, the argv of one build: the stage's options, then ``extra`` (later options
-  win, so ``--quick --epochs 0.2`` shrink every stage), then its run dir ``DIR/<stage>`` and policy
-  dir ``DIR/<stage>/policy``."""
-  out, prev = [], None
-  for name, opts in CHAIN:
-    run = os.path.join(chain_dir, name)
-    out.append([o.format(prev=prev) for o in opts] + list(extra) + ["--out", run, "--policy-dir", os.path.join(run, "policy")])
-    prev = os.path.join(run, "policy")
-  return out
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(prog="navigation_sft", description=__doc__.split("\n")[0])
-  p.add_argument("--out", default=str(ROOT / "runs" / "navigation_sft"), help="run dir (metrics, plot)")
-  p.add_argument("--policy-dir", default=None, help="checkpoint dir (default: policies/navigation_tiny; "
-                 "with --quick: <out>/policy)")
-  p.add_argument("--quick", action="store_true", help="smoke run: tiny model, few tasks, short training")
-  p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--epochs", type=float, default=None)
-  p.add_argument("--hidden", type=int, default=None)
-  p.add_argument("--layers", type=int, default=None)
-  p.add_argument("--heads", type=int, default=4)
-  p.add_argument("--head-dim", type=int, default=32)
-  p.add_argument("--qk-norm-init", type=float, default=1.4,
-                 help="initial q/k RMSNorm weight (2.0 locks heads onto format tokens: names are not read)")
-  p.add_argument("--name-type-init", type=float, default=8.0,
-                 help="norm of the shared 'place name' direction added to every whole-name token's embedding "
-                      "(sft.add_type_direction; 0 = off)")
-  p.add_argument("--name-swap", type=int, default=1000,
-                 help="first-turn drills with swapped stop names (sft_swap.name_swap_examples) in the main mix")
-  p.add_argument("--name-drill-steps", type=int, default=4000,
-                 help="stage 0: at most this many steps on first-turn drills alone (without the system turn; 0 = skip)")
-  p.add_argument("--swap-episodes", type=int, default=2000,
-                 help="whole oracle episodes of plain tasks made by swapping a train task's stops for other places "
-                      "(sft_swap.swap_episode_examples) in the main mix; 0 = none (builds 1-4), 1000 in build 5")
-  p.add_argument("--swap-disamb", type=int, default=800,
-                 help="new tasks needing a re-search, made by the same stop swap, each giving a re-search-in-context "
-                      "episode, and by chance a trusting episode and a correction example "
-                      "(sft_swap.swap_disamb_examples); 0 = none (builds 1-6)")
-  p.add_argument("--name-drill-examples", type=int, default=8000,
-                 help="distinct stage-0 drills (0 = 16 per step, as builds 1-3; on the drill bench 8000 were read "
-                      "at 97%% and 32000 at 54%%, docs/tiny_policy.md)")
-  p.add_argument("--name-drill-target", type=float, default=0.9,
-                 help="stage 0 ends early once this share of the search names of held-out drills is read right "
-                      "(checked every 200 steps on --reading-checks drills of the --holdout tasks; > 1 = never)")
-  p.add_argument("--embed-std", type=float, default=1.0,
-                 help="init std of the tied embeddings (0.02 is the usual; see sft.scale_embeddings)")
-  p.add_argument("--final-norm-init", type=float, default=0.03, help="initial final RMSNorm weight")
-  p.add_argument("--vocab", type=int, default=4096, help="tokenizer size")
-  p.add_argument("--pattern", choices=("names", "words"), default="names",
-                 help="pre-tokenizer: whole names and coordinates (tokenizer.NAME_PATTERN) or words and numbers")
-  p.add_argument("--lr", type=float, default=3e-3)
-  p.add_argument("--copy-examples", type=int, default=None, help="synthetic copy sequences of stage 0 (default 0; 8000 installs copy heads on "
-                 "the toy task but they did not carry over to Navigation in a trial)")
-  p.add_argument("--warmup-epochs", type=float, default=None,
-                 help="epochs of the short-context stage (examples without the system turn) before the full one")
-  p.add_argument("--tokens-per-batch", type=int, default=4096)
-  p.add_argument("--resolve-share", type=float, default=0.06,
-                 help="share of disambiguation tasks whose decisive re-search is trained")
-  p.add_argument("--complete-share", type=float, default=0.0,
-                 help="share of disambiguation tasks whose re-search turn is trained except its decision token "
-                      "(sft_data kind resolve_tail; 0 = none, as builds 1-9)")
-  p.add_argument("--holdout", type=int, default=40,
-                 help="last train-split tasks kept out of SFT, for diagnostics such as experiments/name_copy_check.py")
-  p.add_argument("--reading-checks", type=int, default=30,
-                 help="held-out first turns / episodes for the teacher-forced reading checks after each stage "
-                      "(experiments/name_copy_check.py; 0 = skip)")
-  p.add_argument("--check-line", type=int, choices=(0, 1), default=0,
-                 help="1: every scripted turn after the first search results starts with the check line "
-                      "(agents.check_line; builds 8 and 9, policies/navigation_tiny_b9); 0: builds 1-7 (the default policy)")
-  p.add_argument("--check-drills", type=int, default=3000,
-                 help="check-line drills in the main mix (sft_swap.check_drill_examples; only with --check-line 1)")
-  p.add_argument("--init", default=None,
-                 help="continue from this policy dir (its tokenizer and weights) instead of a fresh model: no "
-                      "tokenizer build, no model init, no stage 0 (build 9 = build 7 + this stage, docs/tiny_policy.md)")
-  p.add_argument("--eval-tasks", type=int, default=None, help="tasks per kind (disambiguation / plain) per split")
-  p.add_argument("--eval-samples", type=int, default=8, help="samples per task at temperature 1")
-  p.add_argument("--no-eval", action="store_true")
-  p.add_argument("--chain", metavar="DIR", default=None,
-                 help="build the default policy from scratch: the CHAIN stages (build 7, 9, 10, 11) into DIR/b7 .. "
-                      "DIR/b11, each from the previous; other options apply to every stage (about 2.5 h on 2 cores)")
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(prog="run.py --exp=navigation_sft", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--config", default="sft_navigation", help="a build config under configs/ or a YAML path")
+  p.add_argument("--out", default=None, help="run dir (metrics, plot; default: runs/navigation_sft)")
+  p.add_argument("--policy-dir", default=None, help="checkpoint dir (default: <out>/policy)")
+  p.add_argument("--quick", action="store_true", help="smoke build: tiny model, few tasks, short training")
+  p.add_argument("--no-eval", action="store_true", help="skip the behaviour measurement after the build")
   p.add_argument("--eval-only", action="store_true",
                  help="only evaluate the built policy (its <out>/metrics.json must exist) and rewrite its card")
-  args = p.parse_args(argv)
-  if args.quick:
-    args.epochs = 1.0 if args.epochs is None else args.epochs
-    args.hidden = args.hidden or 32
-    args.layers = args.layers or 2
-    args.head_dim = 16
-    args.name_drill_steps = min(args.name_drill_steps, 5)
-    args.name_drill_examples = min(args.name_drill_examples, 80)
-    args.eval_tasks = 2 if args.eval_tasks is None else args.eval_tasks
-    args.eval_samples = min(args.eval_samples, 2)
-  args.epochs = 2.0 if args.epochs is None else args.epochs
-  args.warmup_epochs = (0.0 if args.quick else 3.0) if args.warmup_epochs is None else args.warmup_epochs
-  args.copy_examples = 0 if args.copy_examples is None else args.copy_examples
-  args.hidden = args.hidden or 128
-  args.layers = args.layers or 3
-  args.eval_tasks = 16 if args.eval_tasks is None else args.eval_tasks
-  if args.policy_dir is None:
-    args.policy_dir = os.path.join(args.out, "policy") if args.quick else str(DEFAULT_POLICY_DIR)
+  p.add_argument("--chain", metavar="DIR", default=None,
+                 help="build the stages of policies/LINEAGE.yaml up to --chain-to from scratch into DIR/<stage>")
+  p.add_argument("--chain-to", metavar="STAGE", default="b11", help="the last stage of --chain (default: b11)")
+  p.add_argument("overrides", nargs="*", help="config overrides key=value, e.g. data.check_line=true")
+  args = p.parse_intermixed_args(list(sys.argv[1:] if argv is None else argv))
+  args.paths_given = args.out is not None or args.policy_dir is not None
+  args.out = args.out or str(ROOT / "runs" / "navigation_sft")
+  args.policy_dir = args.policy_dir or os.path.join(args.out, "policy")
   return args
 
 
+def load(args: argparse.Namespace) -> NavigationSFTConfig:
+  """The resolved config of ``args`` (a bad key or value is a command-line error naming it)."""
+  try:
+    return build_config.load_navigation(args.config, args.overrides, quick=args.quick)
+  except ConfigError as e:
+    raise SystemExit(f"navigation_sft: {e}") from None
+
+
+def chain_runs(chain_dir: str, target: str, overrides: Sequence[str], flags: Sequence[str] = (),
+               path: str | pathlib.Path = lineage.LINEAGE_PATH) -> list[tuple[lineage.Stage, list[str]]]:
+  """Per stage of ``lineage.chain(target)``, the argv of its build: ``flags`` (e.g. ``--quick``),
+  its run dir ``DIR/<stage>`` and policy dir ``DIR/<stage>/policy``, ``init=`` the previous
+  stage's policy dir, the stage's overrides, then ``overrides`` (later ones win, so
+  ``train.epochs=0.2`` shrinks every stage)."""
+  stages = lineage.chain(lineage.load_lineage(path), target)
+  wrong = [s.name for s in stages if s.builder != "navigation_sft"]
+  if wrong:
+    raise ValueError(f"--chain-to {target}: stages {wrong} are not navigation_sft builds")
+  out, prev = [], None
+  for stage in stages:
+    run = os.path.join(chain_dir, stage.name)
+    policy = os.path.join(run, "policy")
+    out.append((stage, [*flags, "--out", run, "--policy-dir", policy, *lineage.stage_overrides(stage, prev), *overrides]))
+    prev = policy
+  return out
+
+
+def run_chain(args: argparse.Namespace) -> int:
+  if args.eval_only or args.paths_given or any(o.split("=", 1)[0].strip() == "init" for o in args.overrides):
+    raise SystemExit("--chain sets init, --out and --policy-dir of every stage itself (and has no --eval-only)")
+  flags = ["--config", args.config] + (["--quick"] if args.quick else []) + (["--no-eval"] if args.no_eval else [])
+  try:
+    runs = chain_runs(args.chain, args.chain_to, args.overrides, flags)
+  except ValueError as e:
+    raise SystemExit(str(e)) from None
+  for stage, argv in runs:
+    sub = parse_args(argv)
+    meta = os.path.join(sub.policy_dir, "build.json")
+    if os.path.exists(meta) and _recorded_config(meta) == build_config.to_dict(load(sub)):
+      print(f"chain stage {stage.name}: built already ({meta})", flush=True)
+      continue
+    print(f"chain stage {stage.name}: navigation_sft " + " ".join(argv), flush=True)
+    if main(argv) != 0:
+      return 1
+  return 0
+
+
+def _recorded_config(build_json: str) -> Any:
+  with open(build_json) as f:
+    return json.load(f).get("config")
+
+
 def split_train(train: list[Any], holdout: int) -> tuple[list[Any], list[Any]]:
-  """``sft_data.split_train``, with a bad ``--holdout`` as a command-line error."""
-  from rti_jax.policy import sft_data
+  """``sft_example.split_train``, with a bad ``data.holdout`` as a command-line error."""
+  from rti_jax.policy.sft_example import split_train as split
 
   try:
-    return sft_data.split_train(train, holdout)
+    return split(train, holdout)
   except ValueError as e:
-    raise SystemExit(f"--holdout: {e}") from None
+    raise SystemExit(f"data.holdout: {e}") from None
 
 
 def pick(tasks: list[Any], n: int) -> list[Any]:
@@ -188,30 +151,20 @@ def plot_loss(losses: list[float], path: str, title: str = "Navigation tiny poli
   plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-  argv = list(sys.argv[1:] if argv is None else argv)
-  if "--chain" in argv:  # the whole recipe of the default policy, stage by stage
-    i = argv.index("--chain")
-    if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
-      raise SystemExit("--chain needs a directory (the stages go to DIR/b7 ... DIR/b11)")
-    extra = argv[:i] + argv[i + 2:]
-    if any(o in extra for o in ("--init", "--out", "--policy-dir")):
-      raise SystemExit("--chain sets --init, --out and --policy-dir of every stage itself")
-    for stage_argv in chain_argv(argv[i + 1], extra):
-      print("chain stage: navigation_sft " + " ".join(stage_argv), flush=True)
-      if main(stage_argv) != 0:
-        return 1
-    return 0
-  args = parse_args(argv)
-  import numpy as np
-  from flax import nnx
+def build_record(args: argparse.Namespace, cfg: NavigationSFTConfig) -> dict[str, Any]:
+  """The policy's ``build.json``: the format flag the policy's users read (``check_line``), then
+  how it was made (the config file, the overrides as given, the resolved config)."""
+  return {"domain": "navigation", "check_line": cfg.data.check_line, "builder": "navigation_sft",
+          "config_file": args.config, "quick": args.quick, "overrides": list(args.overrides),
+          "config": build_config.to_dict(cfg)}
 
-  from models.qwen import Qwen
-  from models.weights import save_pretrained
+
+def main(argv: Sequence[str] | None = None) -> int:
+  args = parse_args(argv)
+  if args.chain:
+    return run_chain(args)
+  cfg = load(args)
   from rti_jax.envs import navigation as nav
-  from rti_jax.policy import sft, sft_data, sft_swap
-  from rti_jax.policy.tokenizer import END_OF_TURN, NAME_PATTERN, PAD_TOKEN, PRE_TOKENIZER_PATTERN, build_tokenizer
-  from rti_jax.rollout import ChatFormatter
 
   t_start = time.time()
   os.makedirs(args.out, exist_ok=True)
@@ -223,78 +176,102 @@ def main(argv: list[str] | None = None) -> int:
       raise SystemExit(f"--eval-only: {path} not found; build the policy first (without --eval-only)")
     with open(path) as f:
       metrics = json.load(f)
-    metrics["eval"] = evaluate_policy(args, bench, log)
-    save_metrics(args, metrics, metrics.get("wall_s", 0.0) + time.time() - t_start, log)
+    metrics["eval"] = evaluate_policy(args.policy_dir, cfg, bench, log)
+    save_metrics(args, cfg, metrics, metrics.get("wall_s", 0.0) + time.time() - t_start, log)
     return 0
-  env = nav.NavigationEnv(bench.world)
-  train_tasks, held = split_train(bench.train, args.holdout)
-  if args.quick:
-    train_tasks = train_tasks[:16]
-  checks = args.reading_checks > 0 and bool(held) and not args.quick
+  metrics = build(args, cfg, bench, log)
+  # Saved before the evaluation, so a failed evaluation loses nothing (--eval-only reruns it).
+  save_metrics(args, cfg, metrics, time.time() - t_start, log)
+  if not args.no_eval:
+    metrics["eval"] = evaluate_policy(args.policy_dir, cfg, bench, log)
+    save_metrics(args, cfg, metrics, time.time() - t_start, log)
+  return 0
 
-  check = bool(args.check_line)
-  if args.init:
+
+def build(args: argparse.Namespace, cfg: NavigationSFTConfig, bench: Any, log: Any) -> dict[str, Any]:
+  """Trains and saves the policy of ``cfg`` into ``args.policy_dir``; returns the build's metrics."""
+  import numpy as np
+  from flax import nnx
+
+  from models.qwen import Qwen
+  from models.weights import save_pretrained
+  from rti_jax.envs import navigation as nav
+  from rti_jax.policy import sft, sft_data, sft_swap
+  from rti_jax.policy.tokenizer import END_OF_TURN, NAME_PATTERN, PAD_TOKEN, PRE_TOKENIZER_PATTERN, build_tokenizer
+  from rti_jax.rollout import ChatFormatter
+
+  env = nav.NavigationEnv(bench.world)
+  data, train_cfg, drill_cfg = cfg.data, cfg.train, cfg.name_drills
+  train_tasks, held = split_train(bench.train, data.holdout)
+  if data.max_tasks:
+    train_tasks = train_tasks[:data.max_tasks]
+  checks = cfg.checks.reading > 0 and bool(held)
+  check = data.check_line
+  if cfg.init:
     from transformers import AutoTokenizer
 
     from models.weights import from_pretrained
 
-    if not os.path.isdir(args.init):
-      raise SystemExit(f"--init: {args.init} is not a directory (a policy dir with config.json and tokenizer files)")
-    tok = AutoTokenizer.from_pretrained(args.init, local_files_only=True)
+    if not os.path.isdir(cfg.init):
+      raise SystemExit(f"init: {cfg.init} is not a directory (a policy dir with config.json and tokenizer files)")
+    tok = AutoTokenizer.from_pretrained(cfg.init, local_files_only=True)
   else:
     # Tokenizer: trained on train-split transcripts plus every benchmark token.
-    tok = build_tokenizer(sft_data.corpus_texts(train_tasks, env, check=check) + list(nav.vocabulary()), args.vocab,
-                          pattern=NAME_PATTERN if args.pattern == "names" else PRE_TOKENIZER_PATTERN)
+    tok = build_tokenizer(sft_data.corpus_texts(train_tasks, env, check=check) + list(nav.vocabulary()),
+                          cfg.tokenizer.vocab,
+                          pattern=NAME_PATTERN if cfg.tokenizer.pattern == "names" else PRE_TOKENIZER_PATTERN)
   fmt = ChatFormatter(tok)
-  mix = sft_data.MixConfig(resolve_share=args.resolve_share, seed=args.seed, check=check,
-                           complete_share=args.complete_share)
+  mix = sft_data.MixConfig(resolve_share=data.resolve_share, seed=cfg.seed, check=check,
+                           complete_share=data.complete_share)
   examples = sft_data.build_examples(train_tasks, env, fmt, mix)
-  examples += sft_swap.name_swap_examples(train_tasks, env, fmt, args.name_swap // (20 if args.quick else 1),
-                                          seed=args.seed + 7)
+  examples += sft_swap.name_swap_examples(train_tasks, env, fmt, data.name_swap, seed=cfg.seed + 7)
   # The stop sets of every benchmark task (test split included) are excluded from the generated
   # tasks, so none repeats a benchmark task; nothing else of the test split is read.
   taken = frozenset(frozenset(s.poi_id for s in t.stops) for t in bench.train + bench.test)
-  examples += sft_swap.swap_episode_examples(train_tasks, env, fmt, args.swap_episodes // (20 if args.quick else 1),
-                                             seed=args.seed + 11, exclude=taken, check=check)
-  examples += sft_swap.swap_disamb_examples(train_tasks, env, fmt, args.swap_disamb // (20 if args.quick else 1),
-                                            seed=args.seed + 13, exclude=taken, check=check)
+  examples += sft_swap.swap_episode_examples(train_tasks, env, fmt, data.swap_episodes, seed=cfg.seed + 11,
+                                             exclude=taken, check=check)
+  examples += sft_swap.swap_disamb_examples(train_tasks, env, fmt, data.swap_disamb, seed=cfg.seed + 13,
+                                            exclude=taken, check=check)
   if check:
-    examples += sft_swap.check_drill_examples(train_tasks, env, fmt, args.check_drills // (20 if args.quick else 1),
-                                              seed=args.seed + 17, exclude=taken)
+    examples += sft_swap.check_drill_examples(train_tasks, env, fmt, data.check_drills, seed=cfg.seed + 17,
+                                              exclude=taken)
   data_summary = sft_data.summary(examples)
   log(f"tokenizer: {len(tok)} tokens; SFT data: {json.dumps(data_summary)}")
 
   pad_id, eos_id = tok.convert_tokens_to_ids(PAD_TOKEN), tok.convert_tokens_to_ids(END_OF_TURN)
-  if args.init:
-    model, mcfg = from_pretrained(args.init)
+  if cfg.init:
+    model, mcfg = from_pretrained(cfg.init)
   else:
-    mcfg = sft.tiny_qwen3_config(len(tok), hidden_size=args.hidden, num_layers=args.layers,
-                                 num_heads=args.heads, num_kv_heads=1, head_dim=args.head_dim,
-                                 intermediate_size=2 * args.hidden, pad_token_id=pad_id, eos_token_id=eos_id)
-    model = Qwen(mcfg, rngs=nnx.Rngs(args.seed))
-    sft.sharpen_qk_norm(model, args.qk_norm_init)
-    sft.scale_embeddings(model, args.embed_std, args.final_norm_init, seed=args.seed + 1)
-    sft.add_type_direction(model, sft_data.place_name_token_ids(tok, env), args.name_type_init, seed=args.seed + 8)
+    m = cfg.model
+    mcfg = sft.tiny_qwen3_config(len(tok), hidden_size=m.hidden, num_layers=m.layers, num_heads=m.heads,
+                                 num_kv_heads=1, head_dim=m.head_dim, intermediate_size=2 * m.hidden,
+                                 pad_token_id=pad_id, eos_token_id=eos_id)
+    model = Qwen(mcfg, rngs=nnx.Rngs(cfg.seed))
+    sft.sharpen_qk_norm(model, m.qk_norm_init)
+    sft.scale_embeddings(model, m.embed_std, m.final_norm_init, seed=cfg.seed + 1)
+    sft.add_type_direction(model, sft_data.place_name_token_ids(tok, env), m.name_type_init, seed=cfg.seed + 8)
   n_params = sft.count_params(model)
   log(f"model: qwen3 hidden {mcfg.hidden_size}, {mcfg.num_layers} layers, vocab {mcfg.vocab_size}, {n_params} params"
-      + (f" (from {args.init})" if args.init else ""))
-  if args.name_drill_steps > 0 and not args.init:
+      + (f" (from {cfg.init})" if cfg.init else ""))
+  name_stage = None
+  if drill_cfg.steps > 0 and not cfg.init:
     # Stage 0: reading stop names out of requests, on first-turn drills alone (short sequences).
     drills = [sft_data.without_system_turn(fmt, e)
-              for e in sft_swap.name_swap_examples(train_tasks, env, fmt, args.name_drill_examples or 16 * args.name_drill_steps,
-                                                   seed=args.seed + 9)]
-    dcfg = sft.SFTConfig(lr=args.lr, tokens_per_batch=2048, max_len=1024, len_multiple=32, seed=args.seed + 2)
+              for e in sft_swap.name_swap_examples(train_tasks, env, fmt, drill_cfg.examples or 16 * drill_cfg.steps,
+                                                   seed=cfg.seed + 9)]
+    dcfg = sft.SFTConfig(lr=train_cfg.lr, tokens_per_batch=2048, max_len=1024, len_multiple=32, seed=cfg.seed + 2)
     per_epoch = len(sft.make_batches(drills, dcfg, np.random.default_rng(0), pad_id, sft.common_prefix_len(drills)))
-    dcfg = dataclasses.replace(dcfg, epochs=args.name_drill_steps / per_epoch)
+    dcfg = dataclasses.replace(dcfg, epochs=drill_cfg.steps / per_epoch)
     curve: list[tuple[int, float]] = []
 
     def names_read(step: int) -> bool:
-      import name_copy_check
+      from experiments.diagnostics import name_copy_check
 
-      m = name_copy_check.measure_model(model, tok, fmt, args.reading_checks, swapped=True, tasks=held, system_turn=False)
-      curve.append((step, m["search names"]["copied"]))
+      got = name_copy_check.measure_model(model, tok, fmt, cfg.checks.reading, swapped=True, tasks=held,
+                                          system_turn=False)
+      curve.append((step, got["search names"]["copied"]))
       log(f"names: step {step}, held-out drills read right {curve[-1][1]:.2f}")
-      return curve[-1][1] >= args.name_drill_target
+      return curve[-1][1] >= drill_cfg.target
 
     dres = sft.train(model, drills, dcfg, pad_id, log=lambda s: log("names " + s), log_every=100,
                      stop=names_read if checks else None, check_every=200)
@@ -302,39 +279,40 @@ def main(argv: list[str] | None = None) -> int:
     name_stage = {"steps": dres.steps, "wall_s": dres.wall_s, "examples": len(drills),
                   "final_loss": float(np.mean(dres.losses[-10:])), "held_out_read": curve}
     if checks:
-      name_stage["reading"] = reading_check(model, tok, fmt, args.reading_checks, held, swapped_only=True)
+      name_stage["reading"] = reading_check(model, tok, fmt, cfg.checks.reading, held, swapped_only=True)
       log(f"reading after the name drills: {json.dumps(name_stage['reading'])}")
-  if args.copy_examples > 0:
+  if train_cfg.copy_examples > 0:
     # Stage 0: synthetic copying over the tokenizer's word and number tokens.
     pool = [i for t, i in tok.get_vocab().items() if t.isalnum() or t.replace(".", "").isdigit()]
-    copy = sft.copy_task_examples(pool, args.copy_examples, seed=args.seed)
-    ccfg = sft.SFTConfig(epochs=1.0, lr=args.lr, tokens_per_batch=768, max_len=64, len_multiple=32, seed=args.seed)
+    copy = sft.copy_task_examples(pool, train_cfg.copy_examples, seed=cfg.seed)
+    ccfg = sft.SFTConfig(epochs=1.0, lr=train_cfg.lr, tokens_per_batch=768, max_len=64, len_multiple=32, seed=cfg.seed)
     cres = sft.train(model, copy, ccfg, pad_id, log=lambda s: log("copy " + s), log_every=50)
     log(f"copy stage: {cres.steps} steps in {cres.wall_s:.0f}s, final loss {np.mean(cres.losses[-10:]):.4f}")
-  if args.warmup_epochs > 0:
+  if train_cfg.warmup_epochs > 0:
     # Stage 1: the same examples without the (constant, untrained) system turn.
     short = [sft_data.without_system_turn(fmt, e) for e in examples]
-    wcfg = sft.SFTConfig(epochs=args.warmup_epochs, lr=args.lr, tokens_per_batch=args.tokens_per_batch // 2,
-                         seed=args.seed + 1)
+    wcfg = sft.SFTConfig(epochs=train_cfg.warmup_epochs, lr=train_cfg.lr,
+                         tokens_per_batch=train_cfg.tokens_per_batch // 2, seed=cfg.seed + 1)
     warm = sft.train(model, short, wcfg, pad_id, log=lambda s: log("warm-up " + s))
     log(f"warm-up: {warm.steps} steps in {warm.wall_s:.0f}s, final loss {np.mean(warm.losses[-10:]):.4f}")
-  scfg = sft.SFTConfig(epochs=args.epochs, lr=args.lr, tokens_per_batch=args.tokens_per_batch, seed=args.seed)
+  scfg = sft.SFTConfig(epochs=train_cfg.epochs, lr=train_cfg.lr, tokens_per_batch=train_cfg.tokens_per_batch,
+                       seed=cfg.seed)
   result = sft.train(model, examples, scfg, pad_id, log=log)
-  if args.warmup_epochs > 0:
+  if train_cfg.warmup_epochs > 0:
     result = sft.SFTResult(losses=warm.losses + result.losses, steps=warm.steps + result.steps,
                            wall_s=warm.wall_s + result.wall_s, tokens_trained=warm.tokens_trained + result.tokens_trained)
   log(f"SFT: {result.steps} steps in {result.wall_s:.0f}s, final loss {np.mean(result.losses[-10:]):.4f}")
-  reading = reading_check(model, tok, fmt, args.reading_checks, held) if checks else None
+  reading = reading_check(model, tok, fmt, cfg.checks.reading, held) if checks else None
   if reading:
     log(f"reading after SFT: {json.dumps(reading)}")
-  decision = decision_check(model, fmt, held, env, pad_id, check) if held and not args.quick else None
+  decision = decision_check(model, fmt, held, env, pad_id, check) if held and cfg.checks.decision else None
   if decision:
     log(f"decision after SFT (teacher-forced, held-out tasks): {json.dumps(decision)}")
 
   os.makedirs(args.policy_dir, exist_ok=True)
   save_pretrained(model, mcfg, args.policy_dir)
   tok.save_pretrained(args.policy_dir)
-  if args.init:  # loading with local_files_only leaves these in the saved config; they are not the tokenizer's
+  if cfg.init:  # loading with local_files_only leaves these in the saved config; they are not the tokenizer's
     tc = os.path.join(args.policy_dir, "tokenizer_config.json")
     with open(tc) as f:
       tconf = json.load(f)
@@ -343,35 +321,27 @@ def main(argv: list[str] | None = None) -> int:
     with open(tc, "w") as f:
       json.dump(tconf, f, indent=2, ensure_ascii=False)
       f.write("\n")
-  build = {"check_line": check, "init": args.init, "argv": list(argv) if argv is not None else sys.argv[1:]}
-  with open(os.path.join(args.policy_dir, "build.json"), "w") as f:  # what the policy's format expects
-    json.dump(build, f, indent=1)
+  record = build_record(args, cfg)
+  with open(os.path.join(args.policy_dir, "build.json"), "w") as f:
+    json.dump(record, f, indent=1)
+    f.write("\n")
   plot_loss(result.losses, os.path.join(args.out, "loss.png"))
-  metrics: dict[str, Any] = {
-    "name_drills": name_stage if args.name_drill_steps > 0 and not args.init else None,
-    **build,
-    "seed": args.seed, "quick": args.quick, "policy_dir": os.path.relpath(args.policy_dir, ROOT),
+  return {
+    "name_drills": name_stage, **record, "init": cfg.init, "seed": cfg.seed,
+    "policy_dir": os.path.relpath(args.policy_dir, ROOT),
     "sft_tasks": len(train_tasks), "holdout_tasks": [t.task_id for t in held],
     "tokenizer_size": len(tok), "model": mcfg.to_hf_dict(), "params": n_params,
     "sft": {"steps": result.steps, "wall_s": result.wall_s, "losses": result.losses,
-            "tokens_trained": result.tokens_trained, "config": vars(scfg) if hasattr(scfg, "__dict__") else str(scfg)},
-    "data": data_summary, "mix": vars(mix) if hasattr(mix, "__dict__") else str(mix),
-    "reading": reading, "decision": decision,
+            "tokens_trained": result.tokens_trained, "config": dataclasses.asdict(scfg)},
+    "data": data_summary, "mix": dataclasses.asdict(mix), "reading": reading, "decision": decision,
   }
-
-  # Saved before the evaluation, so a failed evaluation loses nothing (--eval-only reruns it).
-  save_metrics(args, metrics, time.time() - t_start, log)
-  if not args.no_eval:
-    metrics["eval"] = evaluate_policy(args, bench, log)
-    save_metrics(args, metrics, time.time() - t_start, log)
-  return 0
 
 
 def reading_check(model: Any, tok: Any, fmt: Any, n: int, tasks: list[Any], swapped_only: bool = False) -> dict[str, Any]:
   """Teacher-forced argmax accuracy of search names (and coordinates) on held-out train tasks:
   ``n`` first turns with swapped stop names, and unless ``swapped_only`` ``n`` whole episodes
-  (``experiments/name_copy_check.py``)."""
-  import name_copy_check
+  (``experiments/diagnostics/name_copy_check.py``)."""
+  from experiments.diagnostics import name_copy_check
 
   def brief(m: dict[str, Any]) -> dict[str, Any]:
     return {"search_names": m["search names"]["copied"], "a_request_name": m["search names"]["argmax is a request name"],
@@ -385,50 +355,51 @@ def reading_check(model: Any, tok: Any, fmt: Any, n: int, tasks: list[Any], swap
 
 
 def decision_check(model: Any, fmt: Any, tasks: list[Any], env: Any, pad_id: int, check: bool) -> dict[str, float]:
-  """The decision probe's figures (``experiments/decision_probe.py``) on held-out train tasks,
-  teacher-forced: the check word and the decision after the first search results."""
+  """The decision probe's figures (``experiments/diagnostics/decision_probe.py``) on held-out
+  train tasks, teacher-forced: the check word and the decision after the first search results."""
   import jax
   import jax.numpy as jnp
   import numpy as np
 
-  import decision_probe
+  from experiments.diagnostics.decision_probe import DecisionProbe
   from rti_jax import objectives
 
-  probe = decision_probe.DecisionProbe(tasks, env, fmt, pad_id, check=check)
+  probe = DecisionProbe(tasks, env, fmt, pad_id, check=check)
   logp = jax.jit(lambda ids, m: objectives.next_token_logprobs(model(ids, m), ids))(
     jnp.asarray(probe.ids), jnp.asarray(probe.mask))
   return probe.summarize(np.asarray(logp))
 
 
-def save_metrics(args: argparse.Namespace, metrics: dict[str, Any], wall_s: float, log: Any) -> None:
+def save_metrics(args: argparse.Namespace, cfg: NavigationSFTConfig, metrics: dict[str, Any], wall_s: float,
+                 log: Any) -> None:
   """Writes ``<out>/metrics.json`` and the policy's model card."""
   metrics["wall_s"] = wall_s
   with open(os.path.join(args.out, "metrics.json"), "w") as f:
     json.dump(metrics, f, indent=1, default=str)
-  write_card(args, metrics, os.path.join(args.policy_dir, "README.md"))
+  write_card(cfg, metrics, os.path.join(args.policy_dir, "README.md"))
   log(f"wrote {args.policy_dir}/README.md and {args.out}/metrics.json ({wall_s:.0f}s)")
 
 
-def evaluate_policy(args: argparse.Namespace, bench: Any, log: Any) -> dict[str, Any]:
-  """The behaviour figures of the policy in ``args.policy_dir`` per split (see ``table``)."""
+def evaluate_policy(policy_dir: str, cfg: NavigationSFTConfig, bench: Any, log: Any) -> dict[str, Any]:
+  """The behaviour figures of the policy in ``policy_dir`` per split (see ``table``)."""
   from rti_jax.generation.jax_backend import JaxBackend
   from rti_jax.policy import evaluate as ev
   from rti_jax.policy.tokenizer import PAD_TOKEN
 
-  pmodel, ptok, pfmt = ev.load_policy(args.policy_dir)
+  pmodel, ptok, pfmt = ev.load_policy(policy_dir)
   backend = JaxBackend(pmodel, max_cache_len=2048, pad_id=ptok.convert_tokens_to_ids(PAD_TOKEN))
   evals: dict[str, Any] = {}
   for split, tasks in (("train", bench.train), ("test", bench.test)):
-    chosen = pick(tasks, args.eval_tasks)
+    chosen = pick(tasks, cfg.eval.tasks)
     need = [t for t in chosen if t.needs_disambiguation]
     t0 = time.time()
     evals[split] = {
-      "sampled": ev.rollout_behaviour(backend, pfmt, bench.world, chosen, args.eval_samples, 1.0, seed=args.seed),
-      "greedy": ev.rollout_behaviour(backend, pfmt, bench.world, chosen, 1, 0.0, seed=args.seed),
-      "intervention": ev.intervention_behaviour(backend, pfmt, bench.world, need, 1.0, seed=args.seed),
+      "sampled": ev.rollout_behaviour(backend, pfmt, bench.world, chosen, cfg.eval.samples, 1.0, seed=cfg.seed),
+      "greedy": ev.rollout_behaviour(backend, pfmt, bench.world, chosen, 1, 0.0, seed=cfg.seed),
+      "intervention": ev.intervention_behaviour(backend, pfmt, bench.world, need, 1.0, seed=cfg.seed),
     }
     log(f"eval {split}: {time.time() - t0:.0f}s")
-  log(table(evals, args.eval_samples))
+  log(table(evals, cfg.eval.samples))
   return evals
 
 
@@ -436,34 +407,35 @@ PATTERN_NOTES = {"names": "whole names and coordinates, a name takes the space a
                  "words": "words and numbers (PRE_TOKENIZER_PATTERN)"}
 
 
-def write_card(args: argparse.Namespace, metrics: dict[str, Any], path: str) -> None:
+def write_card(cfg: NavigationSFTConfig, metrics: dict[str, Any], path: str) -> None:
   """A short model card next to the checkpoint: how it was built and what it does."""
+  rebuild = " ".join((["--quick"] if metrics.get("quick") else []) + list(metrics.get("overrides") or []))
   lines = [
-    "# navigation_tiny: the embedded base policy for Navigation",
+    "# A tiny base policy for Navigation",
     "",
     "A tiny Qwen3 (transformers `Qwen3ForCausalLM`, loaded by `models.from_pretrained`) with a",
     "byte-level BPE tokenizer and a Qwen-style chat template, built by SFT on scripted",
-    "train-split trajectories only. Rebuild it with:",
+    "train-split trajectories only (resolved config: `build.json`). Rebuild it with:",
     "",
-    "    python experiments/run.py --exp=navigation_sft " + " ".join(metrics.get("argv") or [f"--seed {args.seed}"]),
+    "    python experiments/run.py --exp=navigation_sft " + rebuild,
     "",
     f"Params: {metrics['params']}; tokenizer: {metrics['tokenizer_size']} tokens; "
-    f"SFT: {metrics['sft']['steps']} steps, {metrics['sft']['wall_s']:.0f} s on the build machine's CPU.",
+    f"SFT: {metrics['sft']['steps']} steps, {metrics['sft']['wall_s']:.0f} s.",
     f"SFT mix: {json.dumps(metrics['data']['kinds'])}.",
   ]
   held_note = (f"Searches in the order the request names the places; "
                f"{len(metrics.get('holdout_tasks') or [])} train tasks held out of SFT for diagnostics.")
-  if metrics.get("init"):
-    lines.append(f"Continued from the policy in `{metrics['init']}` (its tokenizer, weights and architecture; "
+  m, drills = cfg.model, metrics.get("name_drills") or {}
+  if cfg.init:
+    lines.append(f"Continued from the policy in `{cfg.init}` (its tokenizer, weights and architecture; "
                  f"no tokenizer build, init or stage 0 here; see that policy's card). {held_note}")
   else:
     lines.append(
-      f"Pre-tokenizer: {PATTERN_NOTES[args.pattern]}; "
-      f"init: embeddings std {args.embed_std}, final norm {args.final_norm_init}, q/k norm {args.qk_norm_init}, "
-      f"a shared place-name direction of norm {args.name_type_init}; {args.heads} heads x {args.head_dim}; "
-      f"stage 0: {(metrics.get('name_drills') or {}).get('steps', args.name_drill_steps)} steps on "
-      f"{(metrics.get('name_drills') or {}).get('examples', '?')} distinct first-turn name drills "
-      f"(why: docs/tiny_policy.md). {held_note}")
+      f"Pre-tokenizer: {PATTERN_NOTES[cfg.tokenizer.pattern]}; "
+      f"init: embeddings std {m.embed_std}, final norm {m.final_norm_init}, q/k norm {m.qk_norm_init}, "
+      f"a shared place-name direction of norm {m.name_type_init}; {m.heads} heads x {m.head_dim}; "
+      f"stage 0: {drills.get('steps', cfg.name_drills.steps)} steps on {drills.get('examples', '?')} distinct "
+      f"first-turn name drills (why: docs/tiny_policy.md). {held_note}")
   ep = (metrics.get("reading") or {}).get("episodes")
   if ep:
     by = " / ".join(f"{v:.0%}" for v in ep["by_search"].values())
@@ -472,15 +444,13 @@ def write_card(args: argparse.Namespace, metrics: dict[str, Any], path: str) -> 
               f"one of the request's names {ep['a_request_name']:.0%}; names after the results {ep['names_after_results']:.0%}."]
   dec = metrics.get("decision")
   if dec and metrics.get("check_line"):
-    lines += ["", "Check line (docs/tiny_policy.md), teacher-forced on the held-out train tasks: the off stop named "
-              f"with probability {dec['p_check_odd']:.3f} after ambiguous results, `all` {dec['p_check_all_plain']:.3f} "
-              f"after plain ones; after the line: re-search {dec['p_research']:.4f}, trust {dec['p_trust']:.3f}, "
-              f"plan (plain) {dec['p_plan_plain']:.3f}."]
-  if metrics.get("note"):
-    lines += ["", f"Note: {metrics['note']}."]
+    lines += ["", "Check line (rti_jax/policy/check_line.py), teacher-forced on the held-out train tasks: the off "
+              f"stop named with probability {dec['p_check_odd']:.3f} after ambiguous results, `all` "
+              f"{dec['p_check_all_plain']:.3f} after plain ones; after the line: re-search {dec['p_research']:.4f}, "
+              f"trust {dec['p_trust']:.3f}, plan (plain) {dec['p_plan_plain']:.3f}."]
   if "eval" in metrics:
     lines += ["", "Measured behaviour (real sampler; see the run's metrics.json):", "", "```",
-              table(metrics["eval"], args.eval_samples), "```"]
+              table(metrics["eval"], cfg.eval.samples), "```"]
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
 

@@ -1,14 +1,19 @@
 """Builds the tiny base policy for tau2-Telecom by SFT on scripted train-split episodes.
 
-    python experiments/run.py --exp=telecom_sft --policy-dir policies/telecom_base
-    python experiments/run.py --exp=telecom_sft --quick --out /tmp/tsft    # a smoke build (< 2 min)
+    python experiments/run.py --exp=telecom_sft [key=value ...]           # configs/sft_telecom.yaml
+    python experiments/run.py --exp=telecom_sft --quick --out /tmp/tsft   # a smoke build (< 2 min)
 
-Trains the tokenizer (``telecom_sft_data.TELECOM_PATTERN``) on the SFT tasks' scripted episodes
-and the condensed system prompt, a tiny Qwen3 from a seed (``sft.tiny_qwen3_config``), SFT on the
-mix of ``rti_jax.policy.telecom_sft_data`` (checklist episodes, the early device-tool mistake,
-corrections, decision-free tails), then writes the HF checkpoint (``--policy-dir``; transformers
-and ``models.from_pretrained`` load it) and measures the built policy with the real sampler and
-rollout engine on the held-out train tasks (the last ``--holdout`` of ``rl_train_split``, never
+The build's config is ``configs/sft_telecom.yaml`` (``--config``) read into
+``rti_jax.policy.build_config.TelecomSFTConfig``, then the ``--quick`` profile, then the
+``key=value`` overrides (an unknown key or a wrong type is an error naming the key);
+``policies/LINEAGE.yaml`` has the overrides of the shipped ``policies/telecom_base``. It trains the
+tokenizer (``telecom_sft_data.TELECOM_PATTERN``) on the SFT tasks' scripted episodes and the
+condensed system prompt, a tiny Qwen3 from a seed (``sft.tiny_qwen3_config``), SFT on the mix of
+``rti_jax.policy.telecom_sft_data`` (checklist episodes, the early device-tool mistake,
+corrections, decision-free tails), then writes the HF checkpoint (``--policy-dir``, default
+``<out>/policy``; transformers and ``models.from_pretrained`` load it) with ``build.json`` (the
+resolved config and the overrides) and measures the built policy with the real sampler and
+rollout engine on the held-out train tasks (the last ``data.holdout`` of ``rl_train_split``, never
 trained on): the teacher-forced probability of the right first token at the decisive turn
 (``decision_check``), success rate, pass@k, the share of all-fail groups, how the first device step
 went (the mistake or asking the user), and one self-intervened rollout per task (rule-based
@@ -26,142 +31,111 @@ import sys
 import time
 from typing import Any, Sequence
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-for _path in (ROOT, ROOT / "experiments"):
-  if str(_path) not in sys.path:
-    sys.path.insert(0, str(_path))
+from rti_jax.config import ConfigError
+from rti_jax.policy import build_config
+from rti_jax.policy.build_config import TelecomSFTConfig
 
-DEFAULT_POLICY_DIR = ROOT / "policies" / "telecom_base"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(prog="run.py --exp=telecom_sft", description=__doc__.split("\n")[0])
+  p = argparse.ArgumentParser(prog="run.py --exp=telecom_sft", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--config", default="sft_telecom", help="a build config under configs/ or a YAML path")
   p.add_argument("--out", default=str(ROOT / "runs" / "telecom_sft"), help="run dir (metrics, plot)")
-  p.add_argument("--policy-dir", default=None,
-                 help="checkpoint dir (default: policies/telecom_base; with --quick: <out>/policy)")
+  p.add_argument("--policy-dir", default=None, help="checkpoint dir (default: <out>/policy)")
   p.add_argument("--quick", action="store_true", help="smoke build: tiny model, few tasks, a few steps")
-  p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--holdout", type=int, default=10, help="last train tasks (rl_train_split order) kept out of SFT (validation)")
-  p.add_argument("--recombined", type=int, default=0,
-                 help="extra SFT tasks: SFT train tasks with their device faults recombined "
-                      "(rti_jax/envs/telecom/recombine.py; no test or train fault set repeated)")
-  p.add_argument("--rounds", type=int, default=4,
-                 help="scripted-user phrasing seeds each SFT task is played with (the mix is drawn per round)")
-  p.add_argument("--epochs", type=float, default=None)
-  p.add_argument("--hidden", type=int, default=None)
-  p.add_argument("--layers", type=int, default=None)
-  p.add_argument("--heads", type=int, default=4)
-  p.add_argument("--head-dim", type=int, default=None)
-  p.add_argument("--vocab", type=int, default=4096, help="tokenizer size (at most; BPE stops when no pair repeats)")
-  p.add_argument("--lr", type=float, default=3e-3)
-  p.add_argument("--tokens-per-batch", type=int, default=8192)
-  p.add_argument("--qk-norm-init", type=float, default=1.4, help="initial q/k RMSNorm weight (as navigation_sft)")
-  p.add_argument("--embed-std", type=float, default=1.0, help="init std of the tied embeddings (sft.scale_embeddings)")
-  p.add_argument("--final-norm-init", type=float, default=0.03, help="initial final RMSNorm weight")
-  p.add_argument("--resolve-share", type=float, default=0.06, help="checklist episodes with the decision trained")
-  p.add_argument("--continue-share", type=float, default=0.35, help="checklist episodes, decisive turn as context")
-  p.add_argument("--complete-share", type=float, default=0.5,
-                 help="checklist episodes trained except the decisive turn's first token (resolve_tail)")
-  p.add_argument("--correction-share", type=float, default=0.6, help="correction examples (p_cal -> right turn)")
-  p.add_argument("--max-turns", type=int, default=16,
-                 help="assistant turns per sampled episode (the checklist needs at most 14)")
-  p.add_argument("--eval-tasks", type=int, default=None, help="held-out tasks sampled (default: all of --holdout)")
-  p.add_argument("--eval-samples", type=int, default=4, help="samples per task at temperature 1")
-  p.add_argument("--no-eval", action="store_true")
-  args = p.parse_args(list(argv) if argv is not None else None)
-  if args.quick:
-    args.epochs = 0.05 if args.epochs is None else args.epochs
-    args.hidden = args.hidden or 32
-    args.layers = args.layers or 1
-    args.head_dim = args.head_dim or 16
-    args.heads = min(args.heads, 2)
-    args.rounds = 1
-    args.vocab = min(args.vocab, 1024)
-    args.eval_tasks = 2 if args.eval_tasks is None else args.eval_tasks
-    args.eval_samples = min(args.eval_samples, 2)
-    args.max_turns = min(args.max_turns, 6)
-  args.epochs = 3.0 if args.epochs is None else args.epochs
-  args.hidden = args.hidden or 128
-  args.layers = args.layers or 3
-  args.head_dim = args.head_dim or 32
-  if args.policy_dir is None:
-    args.policy_dir = os.path.join(args.out, "policy") if args.quick else str(DEFAULT_POLICY_DIR)
-  if args.rounds < 1:
-    raise SystemExit(f"--rounds must be >= 1, got {args.rounds}")
-  if args.recombined < 0:
-    raise SystemExit(f"--recombined must be >= 0, got {args.recombined}")
-  if not 1 <= args.max_turns <= 30:
-    raise SystemExit(f"--max-turns must be in 1..30, got {args.max_turns}")
-  if args.epochs <= 0:
-    raise SystemExit(f"--epochs must be > 0, got {args.epochs}")
+  p.add_argument("--no-eval", action="store_true", help="skip the behaviour measurement after the build")
+  p.add_argument("overrides", nargs="*", help="config overrides key=value, e.g. data.recombined=128")
+  args = p.parse_intermixed_args(list(sys.argv[1:] if argv is None else argv))
+  args.policy_dir = args.policy_dir or os.path.join(args.out, "policy")
   return args
 
 
-def build_data(args: argparse.Namespace, log: Any) -> tuple[Any, Any, list[Any], list[Any], list[Any]]:
+def load(args: argparse.Namespace) -> TelecomSFTConfig:
+  """The resolved config of ``args`` (a bad key or value is a command-line error naming it)."""
+  try:
+    return build_config.load_telecom(args.config, args.overrides, quick=args.quick)
+  except ConfigError as e:
+    raise SystemExit(f"telecom_sft: {e}") from None
+
+
+def build_data(cfg: TelecomSFTConfig, log: Any) -> tuple[Any, Any, list[Any], list[Any], list[Any]]:
   """(tokenizer, formatter, examples, SFT tasks, held-out tasks)."""
+  from experiments.navigation_sft import split_train
   from rti_jax.envs.telecom.tasks import rl_train_split
   from rti_jax.policy import telecom_sft_data as td
   from rti_jax.policy.tokenizer import build_tokenizer
   from rti_jax.rollout import ChatFormatter
 
-  from navigation_sft import split_train
-
-  sft_tasks, held = split_train(rl_train_split(), args.holdout)
-  if args.quick:
-    sft_tasks = sft_tasks[:12]
-  if args.recombined:
+  data = cfg.data
+  sft_tasks, held = split_train(rl_train_split(), data.holdout)
+  if data.max_tasks:
+    sft_tasks = sft_tasks[:data.max_tasks]
+  if data.recombined:
     from rti_jax.envs.telecom.recombine import recombined_tasks
 
     try:
-      sft_tasks = sft_tasks + recombined_tasks(sft_tasks, args.recombined, seed=args.seed)
+      sft_tasks = sft_tasks + recombined_tasks(sft_tasks, data.recombined, seed=cfg.seed)
     except ValueError as e:
-      raise SystemExit(f"--recombined: {e}") from None
-  corpus = [text for r in range(args.rounds) for text in td.corpus_texts(sft_tasks, td.make_env(seed=r))]
-  tok = build_tokenizer(corpus, args.vocab, pattern=td.TELECOM_PATTERN)
+      raise SystemExit(f"data.recombined: {e}") from None
+  corpus = [text for r in range(data.phrasings) for text in td.corpus_texts(sft_tasks, td.make_env(seed=r))]
+  tok = build_tokenizer(corpus, cfg.tokenizer.vocab, pattern=td.TELECOM_PATTERN)
   fmt = ChatFormatter(tok)
   examples = []
-  for r in range(args.rounds):
-    mix = td.TelecomMix(resolve_share=args.resolve_share, continue_share=args.continue_share,
-                        complete_share=args.complete_share, correction_share=args.correction_share,
-                        seed=args.seed + 101 * r)
+  for r in range(data.phrasings):
+    mix = td.TelecomMix(resolve_share=data.resolve_share, continue_share=data.continue_share,
+                        complete_share=data.complete_share, correction_share=data.correction_share,
+                        seed=cfg.seed + 101 * r)
     examples += td.build_examples(sft_tasks, td.make_env(seed=r), fmt, mix)
-  log(f"tokenizer: {len(tok)} tokens; {len(examples)} examples from {len(sft_tasks)} tasks x {args.rounds} rounds")
+  log(f"tokenizer: {len(tok)} tokens; {len(examples)} examples from {len(sft_tasks)} tasks x "
+      f"{data.phrasings} user phrasings")
   return tok, fmt, examples, sft_tasks, held
+
+
+def build_record(args: argparse.Namespace, cfg: TelecomSFTConfig) -> dict[str, Any]:
+  """The policy's ``build.json``: what the policy's users read (the domain, the system prompt's
+  policy text), then how it was made (the config file, the overrides as given, the resolved config)."""
+  return {"domain": "telecom", "policy_text": "condensed", "builder": "telecom_sft", "config_file": args.config,
+          "quick": args.quick, "overrides": list(args.overrides), "config": build_config.to_dict(cfg)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
   args = parse_args(argv)
+  cfg = load(args)
   import numpy as np
   from flax import nnx
 
+  from experiments.navigation_sft import plot_loss
   from models.qwen import Qwen
   from models.weights import save_pretrained
   from rti_jax.envs.telecom.condensed import prompt_stats
   from rti_jax.policy import sft
-  from rti_jax.policy.sft_data import summary
+  from rti_jax.policy.sft_example import summary
   from rti_jax.policy.tokenizer import END_OF_TURN, PAD_TOKEN
 
   t_start = time.time()
   os.makedirs(args.out, exist_ok=True)
   log = lambda s: print(s, flush=True)  # noqa: E731
-  tok, fmt, examples, sft_tasks, held = build_data(args, log)
+  tok, fmt, examples, sft_tasks, held = build_data(cfg, log)
   data_summary = summary(examples)
   prompts = prompt_stats(tok)
   log(f"SFT data: {json.dumps(data_summary)}; system prompt: {json.dumps(prompts)}")
 
   pad_id, eos_id = tok.convert_tokens_to_ids(PAD_TOKEN), tok.convert_tokens_to_ids(END_OF_TURN)
   max_pos = max(4096, -(-data_summary["max_len"] // 1024) * 1024)
-  mcfg = sft.tiny_qwen3_config(len(tok), hidden_size=args.hidden, num_layers=args.layers, num_heads=args.heads,
-                               num_kv_heads=1, head_dim=args.head_dim, intermediate_size=2 * args.hidden,
+  m = cfg.model
+  mcfg = sft.tiny_qwen3_config(len(tok), hidden_size=m.hidden, num_layers=m.layers, num_heads=m.heads,
+                               num_kv_heads=1, head_dim=m.head_dim, intermediate_size=2 * m.hidden,
                                max_position_embeddings=max_pos, pad_token_id=pad_id, eos_token_id=eos_id)
-  model = Qwen(mcfg, rngs=nnx.Rngs(args.seed))
-  sft.sharpen_qk_norm(model, args.qk_norm_init)
-  sft.scale_embeddings(model, args.embed_std, args.final_norm_init, seed=args.seed + 1)
+  model = Qwen(mcfg, rngs=nnx.Rngs(cfg.seed))
+  sft.sharpen_qk_norm(model, m.qk_norm_init)
+  sft.scale_embeddings(model, m.embed_std, m.final_norm_init, seed=cfg.seed + 1)
   n_params = sft.count_params(model)
   log(f"model: qwen3 hidden {mcfg.hidden_size}, {mcfg.num_layers} layers, vocab {mcfg.vocab_size}, {n_params} params")
   longest = data_summary["max_len"]
-  scfg = sft.SFTConfig(epochs=args.epochs, lr=args.lr, tokens_per_batch=max(args.tokens_per_batch, longest),
-                       max_len=longest, len_multiple=128, seed=args.seed)
+  scfg = sft.SFTConfig(epochs=cfg.train.epochs, lr=cfg.train.lr, tokens_per_batch=max(cfg.train.tokens_per_batch, longest),
+                       max_len=longest, len_multiple=128, seed=cfg.seed)
   result = sft.train(model, examples, scfg, pad_id, log=log)
   log(f"SFT: {result.steps} steps in {result.wall_s:.0f}s, final loss {np.mean(result.losses[-10:]):.4f}")
   decision = decision_check(model, fmt, held) if held else None
@@ -172,16 +146,14 @@ def main(argv: Sequence[str] | None = None) -> int:
   os.makedirs(args.policy_dir, exist_ok=True)
   save_pretrained(model, mcfg, args.policy_dir)
   tok.save_pretrained(args.policy_dir)
-  build = {"domain": "telecom", "policy_text": "condensed",
-           "argv": list(argv) if argv is not None else sys.argv[1:]}
+  record = build_record(args, cfg)
   with open(os.path.join(args.policy_dir, "build.json"), "w") as f:
-    json.dump(build, f, indent=1)
-  from navigation_sft import plot_loss
-
+    json.dump(record, f, indent=1)
+    f.write("\n")
   plot_loss(result.losses, os.path.join(args.out, "loss.png"), title="Telecom tiny policy: SFT")
   metrics: dict[str, Any] = {
-    **build, "seed": args.seed, "quick": args.quick, "policy_dir": str(args.policy_dir),
-    "sft_tasks": len(sft_tasks), "holdout_tasks": [t.task_id for t in held], "rounds": args.rounds,
+    **record, "seed": cfg.seed, "policy_dir": str(args.policy_dir),
+    "sft_tasks": len(sft_tasks), "holdout_tasks": [t.task_id for t in held], "phrasings": cfg.data.phrasings,
     "tokenizer_size": len(tok), "system_prompt": prompts, "model": mcfg.to_hf_dict(), "params": n_params,
     "sft": {"steps": result.steps, "wall_s": result.wall_s, "losses": result.losses,
             "tokens_trained": result.tokens_trained},
@@ -189,8 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   }
   save_metrics(args, metrics, time.time() - t_start, log)
   if not args.no_eval and held:
-    tasks = held[:args.eval_tasks] if args.eval_tasks is not None else held
-    metrics["eval"] = evaluate_policy(args.policy_dir, tasks, args.eval_samples, args.max_turns, args.seed, log)
+    tasks = held[:cfg.eval.tasks] if cfg.eval.tasks is not None else held
+    metrics["eval"] = evaluate_policy(args.policy_dir, tasks, cfg.eval.samples, cfg.eval.max_turns, cfg.seed, log)
     save_metrics(args, metrics, time.time() - t_start, log)
   return 0
 
@@ -237,7 +209,7 @@ def decision_check(model: Any, fmt: Any, tasks: Sequence[Any]) -> dict[str, Any]
 
   from rti_jax.envs.telecom.checklist_agent import ChecklistAgent
   from rti_jax.policy import telecom_sft_data as td
-  from rti_jax.policy.sft_data import encode_messages, play
+  from rti_jax.policy.sft_example import encode_messages, play
 
   env = td.make_env()
   call_id = fmt.tokenizer.convert_tokens_to_ids("<tool_call>")

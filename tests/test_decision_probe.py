@@ -1,4 +1,4 @@
-"""The decision probe (experiments/decision_probe.py) against transformers on the shipped policy.
+"""The decision probe (experiments/diagnostics/decision_probe.py) against transformers on the shipped policy.
 
 The probe's figures are first-token probabilities of scripted second turns, read off the JAX
 model's teacher-forced log-probs of whole encoded episodes. The reference renders each second
@@ -10,7 +10,6 @@ and the model all agree.
 from __future__ import annotations
 
 import pathlib
-import sys
 
 import jax
 import numpy as np
@@ -18,8 +17,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, Qwen3ForCausalLM
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "experiments"))
-import decision_probe  # noqa: E402  (experiments/decision_probe.py)
+from experiments.diagnostics import decision_probe
 
 POLICIES = pathlib.Path(__file__).resolve().parent.parent / "policies"
 
@@ -29,19 +27,21 @@ def test_turn_spans():
   assert decision_probe.turn_spans([]) == [] and decision_probe.turn_spans([True]) == [(0, 1)]
 
 
-@pytest.fixture(scope="module", params=["navigation_tiny", "navigation_tiny_b9", "navigation_tiny_b10", "navigation_base"])
+# (policy, whether the scripted episodes carry the check line): the policy's own format, and the
+# other one, which the probe must read as faithfully (only the behaviour checks need the former)
+@pytest.fixture(scope="module", params=[("navigation_base", True), ("navigation_base", False)], ids=["own", "other"])
 def shipped(request):
   from models import from_pretrained
   from rti_jax import objectives
   from rti_jax.envs import navigation as nav
   from rti_jax.envs.navigation.agents import NaiveAgent, OracleAgent
+  from rti_jax.policy.check_line import policy_check_line
   from rti_jax.policy.sft_data import play, scripted
   from rti_jax.rollout import ChatFormatter
 
-  policy = str(POLICIES / request.param)
-  from rti_jax.policy.check_line import policy_check_line
-
-  check = policy_check_line(policy)
+  name, check = request.param
+  policy = str(POLICIES / name)
+  own = policy_check_line(policy) == check
   bench = nav.load_benchmark("tiny")
   held = bench.train[-40:]  # the tasks the shipped build held out of SFT
   tasks = [t for t in held if t.needs_disambiguation][:2] + [t for t in held if not t.needs_disambiguation][:2]
@@ -56,7 +56,7 @@ def shipped(request):
 
   episodes = {(t.task_id, kind): play(env, scripted(agent, t, check), t) for t in tasks
               for kind, agent in (("oracle", OracleAgent), ("naive", NaiveAgent))}
-  return tasks, tok, probe, jax.jit(logp_fn), episodes, policy, check
+  return tasks, tok, probe, jax.jit(logp_fn), episodes, policy, check, own
 
 
 def _reference_token_prob(torch_model, tok, messages, word: str | None = None) -> float:
@@ -78,7 +78,7 @@ def _reference_token_prob(torch_model, tok, messages, word: str | None = None) -
 
 
 def test_probe_matches_transformers(shipped):
-  tasks, tok, probe, logp_fn, episodes, policy, check = shipped
+  tasks, tok, probe, logp_fn, episodes, policy, check, own = shipped
   got = probe.measure(logp_fn, None)
   ref_model = Qwen3ForCausalLM.from_pretrained(policy, dtype=torch.float32).eval()
   need = [t for t in tasks if t.needs_disambiguation]
@@ -88,16 +88,16 @@ def test_probe_matches_transformers(shipped):
   np.testing.assert_allclose(got["p_research"], np.mean([ref(t, "oracle") for t in need]), rtol=2e-3, atol=1e-6)
   np.testing.assert_allclose(got["p_trust"], np.mean([ref(t, "naive") for t in need]), rtol=2e-3, atol=1e-6)
   np.testing.assert_allclose(got["p_plan_plain"], np.mean([ref(t, "oracle") for t in plain]), rtol=2e-3, atol=1e-6)
-  # The shipped policy trusts an ambiguous first result (the base policy's designed mistake)
-  # and rarely re-searches on its own.
-  assert got["p_trust"] > 0.5 > got["p_research"]
+  # In its own format the shipped policy trusts an ambiguous first result (the base policy's
+  # designed mistake) and rarely re-searches on its own.
+  assert got["p_trust"] > 0.5 > got["p_research"] or not own
   assert np.isfinite(got["plain_logp"]) and got["plain_logp"] < 0
   if check:
     np.testing.assert_allclose(got["p_check_odd"], np.mean([ref(t, "oracle", "Check: ") for t in need]), rtol=2e-3, atol=1e-6)
     np.testing.assert_allclose(got["p_check_all_plain"], np.mean([ref(t, "oracle", "Check: ") for t in plain]),
                                rtol=2e-3, atol=1e-6)
     # The check line tells the two kinds of result apart (a policy without it cannot: docs/tiny_policy.md).
-    assert got["p_check_odd"] > 0.5 and got["p_check_all_plain"] > 0.5
+    assert got["p_check_odd"] > 0.5 and got["p_check_all_plain"] > 0.5 or not own
   else:
     assert "p_check_odd" not in got
 

@@ -1,6 +1,5 @@
 """Reference agents on the full default splits, vocabulary coverage, and the CLI."""
 
-import collections
 import functools
 import json
 import re

@@ -1,5 +1,5 @@
-"""The shipped tiny policy (``policies/navigation_tiny_b11``, the default): transformers loads it with the same
-logits as our Flax Qwen3, and its measured behaviour has the intended shape on a few tasks."""
+"""The shipped tiny policy (``policies/navigation_base``, the default): transformers loads it with the
+same logits as our Flax Qwen3, and its measured behaviour has the intended shape on a few tasks."""
 
 from __future__ import annotations
 
@@ -70,18 +70,13 @@ def test_behaviour_shape_on_test_tasks(bench, policy):
 
 
 def test_shipped_build_copies_coordinates_and_reads_names_teacher_forced():
-  """The shipped policy's properties (its model card): given the right name, it copies that
-  place's coordinate out of the tool results; its searches read the request's names, and the
-  direction call's names follow the results more often than not (experiments/name_copy_check.py
-  on episodes of the 40 train tasks held out of its SFT data)."""
-  import importlib.util
-  import pathlib
+  """The build's measured properties (model card): given the right name, it copies that place's
+  coordinate out of the tool results; its searches read the request's names, and the direction
+  call's names follow the results more often than not (``diagnostics.name_copy_check`` on
+  episodes of the 40 train tasks the build held out)."""
+  from experiments.diagnostics import name_copy_check
 
-  path = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "name_copy_check.py"
-  spec = importlib.util.spec_from_file_location("name_copy_check", path)
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  out = mod.measure(str(POLICY), episodes=6)
+  out = name_copy_check.measure(str(POLICY), episodes=6)
   assert out["coordinates"]["n"] >= 15
   assert out["coordinates"]["copied"] >= 0.9
   assert out["search names"]["n"] >= 12

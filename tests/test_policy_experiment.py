@@ -1,37 +1,42 @@
-"""``--exp=navigation_sft --quick``: the whole build writes a loadable checkpoint and the run files."""
+"""``--exp=navigation_sft``: the whole build writes a loadable checkpoint, its resolved config and the
+run files; the lineage of the shipped policies matches their build.json."""
 
 from __future__ import annotations
 
 import json
 import pathlib
-import sys
 
 import numpy as np
 import pytest
 
+from experiments import navigation_sft
+from rti_jax.policy import build_config, lineage
 from rti_jax.policy.tokenizer import CHAT_TEMPLATE
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_quick_build_writes_checkpoint_metrics_and_plot(tmp_path):
-  sys.path.insert(0, "experiments")
-  import navigation_sft
-
   out = tmp_path / "run"
-  assert navigation_sft.main(["--quick", "--no-eval", "--out", str(out), "--epochs", "0.5",
-                               "--name-drill-examples", "40", "--check-line", "1"]) == 0
+  assert navigation_sft.main(["--quick", "--no-eval", "--out", str(out), "train.epochs=0.5",
+                              "name_drills.examples=40", "data.check_line=true"]) == 0
   metrics = json.loads((out / "metrics.json").read_text())
   assert (out / "loss.png").stat().st_size > 1000
   assert metrics["sft"]["steps"] == len(metrics["sft"]["losses"]) >= 2
   assert all(np.isfinite(metrics["sft"]["losses"]))
   assert metrics["data"]["kinds"]["plain"] + metrics["data"]["kinds"]["trusting"] == 16
   assert metrics["data"]["kinds"]["name_swap"] == 50 and metrics["name_drills"]["steps"] >= 1
-  assert metrics["data"]["kinds"]["swap_episode"] == 100  # --swap-episodes 2000 // 20
-  assert metrics["data"]["kinds"]["swap_resolve_ctx"] == 40  # --swap-disamb 800 // 20
+  assert metrics["data"]["kinds"]["swap_episode"] == 100  # the quick profile: a twentieth of 2000
+  assert metrics["data"]["kinds"]["swap_resolve_ctx"] == 40  # of 800
   assert metrics["name_drills"]["examples"] == 40
-  assert metrics["data"]["kinds"]["check_drill"] == 150 and metrics["check_line"] is True  # --check-drills 3000 // 20
-  assert json.loads((out / "policy" / "build.json").read_text())["check_line"] is True
+  assert metrics["data"]["kinds"]["check_drill"] == 150 and metrics["check_line"] is True  # of 3000
+  build = json.loads((out / "policy" / "build.json").read_text())
+  assert build["check_line"] is True and build["quick"] is True
+  assert build["overrides"] == ["train.epochs=0.5", "name_drills.examples=40", "data.check_line=true"]
+  # the record is the resolved config: the same overrides give the same config again
+  assert build["config"] == build_config.to_dict(build_config.load_navigation(None, build["overrides"], quick=True))
+  assert build["config"]["train"]["epochs"] == 0.5 and build["config"]["model"]["hidden"] == 32
   from rti_jax.envs import navigation as nav
 
   train = nav.load_benchmark("tiny").train
@@ -45,17 +50,16 @@ def test_quick_build_writes_checkpoint_metrics_and_plot(tmp_path):
   assert hf.config.model_type == "qwen3" and hf.config.vocab_size >= len(tok)
 
 
+@pytest.mark.slow
 def test_init_continues_from_a_policy_dir_with_its_tokenizer_and_config(tmp_path):
-  sys.path.insert(0, "experiments")
-  import navigation_sft
   from safetensors.numpy import load_file
 
   first, second = tmp_path / "a", tmp_path / "b"
-  assert navigation_sft.main(["--quick", "--no-eval", "--out", str(first), "--epochs", "0.2", "--check-line", "0",
-                               "--name-drill-examples", "20"]) == 0
+  assert navigation_sft.main(["--quick", "--no-eval", "--out", str(first), "train.epochs=0.2", "data.check_line=false",
+                              "name_drills.examples=20"]) == 0
   assert json.loads((first / "policy" / "build.json").read_text())["check_line"] is False
-  assert navigation_sft.main(["--quick", "--no-eval", "--out", str(second), "--epochs", "0.2", "--lr", "1e-3",
-                               "--init", str(first / "policy"), "--check-line", "1"]) == 0
+  assert navigation_sft.main(["--quick", "--no-eval", "--out", str(second), "train.epochs=0.2", "train.lr=1e-3",
+                              f"init={first / 'policy'}", "data.check_line=true"]) == 0
   metrics = json.loads((second / "metrics.json").read_text())
   assert metrics["init"] == str(first / "policy") and metrics["name_drills"] is None and metrics["check_line"] is True
   for name in ("tokenizer.json", "tokenizer_config.json"):
@@ -65,66 +69,84 @@ def test_init_continues_from_a_policy_dir_with_its_tokenizer_and_config(tmp_path
   assert a.keys() == b.keys() and any(not np.array_equal(a[k], b[k]) for k in a)  # it trained further
   card = (second / "policy" / "README.md").read_text()
   assert "Continued from the policy in" in card and "stage 0:" not in card
-  with pytest.raises(SystemExit, match="--init"):
-    navigation_sft.main(["--quick", "--no-eval", "--out", str(tmp_path / "c"), "--init", str(tmp_path / "none")])
+  with pytest.raises(SystemExit, match="init"):
+    navigation_sft.main(["--quick", "--no-eval", "--out", str(tmp_path / "c"), f"init={tmp_path / 'none'}"])
 
 
-def test_unknown_option_is_rejected():
-  sys.path.insert(0, "experiments")
-  import navigation_sft
-
+def test_unknown_option_key_or_value_is_rejected_naming_it():
   with pytest.raises(SystemExit):
     navigation_sft.main(["--no-such-option"])
+  with pytest.raises(SystemExit, match="data.no_such_key"):
+    navigation_sft.main(["--quick", "--no-eval", "data.no_such_key=1"])
+  with pytest.raises(SystemExit, match="train.lr"):
+    navigation_sft.main(["--quick", "--no-eval", "train.lr=fast"])
+  with pytest.raises(SystemExit, match="tokenizer.pattern"):
+    navigation_sft.main(["--quick", "--no-eval", "tokenizer.pattern=letters"])
 
 
 def test_eval_only_needs_a_built_policy(tmp_path):
-  sys.path.insert(0, "experiments")
-  import navigation_sft
-
   with pytest.raises(SystemExit, match="metrics.json not found"):
     navigation_sft.main(["--quick", "--eval-only", "--out", str(tmp_path / "none")])
 
 
 def test_holdout_keeps_the_last_train_tasks_out_of_sft():
-  sys.path.insert(0, "experiments")
-  import navigation_sft
-
   tasks = list(range(10))
   assert navigation_sft.split_train(tasks, 3) == ([0, 1, 2, 3, 4, 5, 6], [7, 8, 9])
   assert navigation_sft.split_train(tasks, 0) == (tasks, [])
   for bad in (-1, 10):
-    with pytest.raises(SystemExit, match="--holdout"):
+    with pytest.raises(SystemExit, match="data.holdout"):
       navigation_sft.split_train(tasks, bad)
 
 
+def test_build_configs_are_the_schema_defaults_and_quick_is_a_profile():
+  """configs/sft_*.yaml write out the dataclass defaults (the builds' defaults before any
+  override), and --quick only adds overrides that a later override wins over."""
+  assert build_config.load_navigation() == build_config.NavigationSFTConfig()
+  assert build_config.load_telecom() == build_config.TelecomSFTConfig()
+  quick = build_config.load_navigation(quick=True, overrides=["model.hidden=48"])
+  assert quick.model.hidden == 48 and quick.model.layers == 2 and quick.data.max_tasks == 16
+  assert build_config.load_telecom(quick=True).data.phrasings == 1
+
+
 def test_chain_recipe_matches_the_shipped_builds():
-  """``--chain``'s stages are the commands recorded in the shipped policies' build.json, so the
-  chain rebuilds the default policy (``policies/navigation_base``, its last stage) from scratch."""
-  sys.path.insert(0, "experiments")
-  import navigation_sft
+  """Each stage of policies/LINEAGE.yaml continues the previous stage's output, and each shipped
+  policy's build.json holds exactly its stage's resolved config: ``--chain`` rebuilds the shipped
+  Navigation policies from scratch with their recipes."""
+  stages = lineage.load_lineage()
+  shipped = {s.path for s in stages.values() if s.shipped}
+  assert shipped == {"policies/navigation_base", "policies/navigation_teacher", "policies/telecom_base"}
+  for stage in stages.values():
+    assert (ROOT / stage.path).is_dir() == stage.shipped, stage.name
+    if stage.shipped:
+      build = json.loads((ROOT / stage.path / "build.json").read_text())
+      prev = stages[stage.init].path if stage.init else None
+      load = build_config.load_navigation if stage.builder == "navigation_sft" else build_config.load_telecom
+      assert build["builder"] == stage.builder and build["quick"] is False, stage.name
+      assert build["overrides"] == lineage.stage_overrides(stage, prev), stage.name
+      assert build["config"] == build_config.to_dict(load(build["config_file"], build["overrides"])), stage.name
+      assert build["config"].get("init") == prev, stage.name  # the previous stage's output
+  assert [s.name for s in lineage.chain(stages, "b11")] == ["b7", "b9", "b10", "b11"]
+  assert lineage.chain(stages, "b7")[0].init is None
 
-  stages = navigation_sft.chain_argv("/tmp/chain", ["--seed", "3"])
-  assert [a[a.index("--out") + 1] for a in stages] == ["/tmp/chain/b7", "/tmp/chain/b9", "/tmp/chain/b10", "/tmp/chain/b11"]
-  assert "--init" not in stages[0]
-  for prev, stage in zip(stages, stages[1:]):
-    assert stage[stage.index("--init") + 1] == prev[prev.index("--policy-dir") + 1]
-    assert stage[stage.index("--seed") + 1] == "3"
-
-  def options(argv):  # without the paths, which differ
-    out, skip = [], False
-    for a in argv:
-      if skip:
-        skip = False
-      elif a in ("--init", "--out", "--policy-dir", "--seed"):
-        skip = True
-      else:
-        out.append(a)
-    return out
-
-  for (name, _), stage in zip(navigation_sft.CHAIN[1:], stages[1:]):
-    shipped = json.loads((ROOT / "policies" / f"navigation_tiny_{name}" / "build.json").read_text())["argv"]
-    assert options(stage) == options(shipped), name
+  runs = navigation_sft.chain_runs("/tmp/chain", "teacher", ["seed=3"], ["--quick"])
+  argvs = [argv for _, argv in runs]
+  assert [a[a.index("--out") + 1] for a in argvs] == ["/tmp/chain/" + n for n in ("b7", "b9", "b10", "b11", "teacher")]
+  assert not any(o.startswith("init=") for o in argvs[0]) and all(a[0] == "--quick" and a[-1] == "seed=3" for a in argvs)
+  for prev, argv in zip(argvs, argvs[1:]):
+    assert f"init={prev[prev.index('--policy-dir') + 1]}" in argv
   with pytest.raises(SystemExit, match="--chain sets"):
-    navigation_sft.main(["--chain", "/tmp/chain", "--init", "x"])
-  with pytest.raises(SystemExit, match="needs a directory"):
-    navigation_sft.main(["--quick", "--chain"])
+    navigation_sft.main(["--chain", "/tmp/chain", "init=x"])
+  with pytest.raises(SystemExit, match="not navigation_sft"):
+    navigation_sft.main(["--chain", "/tmp/chain", "--chain-to", "telecom_g2"])
+  with pytest.raises(SystemExit, match="expected one of"):
+    navigation_sft.main(["--chain", "/tmp/chain", "--chain-to", "b12"])
+
+
+def test_lineage_rejects_an_init_that_is_not_an_earlier_stage(tmp_path):
+  bad = tmp_path / "lineage.yaml"
+  bad.write_text("stages:\n  a:\n    builder: navigation_sft\n    path: p/a\n    init: b\n    overrides: []\n")
+  with pytest.raises(ValueError, match="stages.a.init"):
+    lineage.load_lineage(bad)
+  bad.write_text("stages:\n  a:\n    builder: navigation_sft\n    path: p/a\n    overrides: [init=x]\n")
+  with pytest.raises(ValueError, match="stages.a.overrides"):
+    lineage.load_lineage(bad)

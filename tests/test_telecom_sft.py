@@ -24,7 +24,7 @@ from rti_jax.intervention.judges import feedback_message
 from rti_jax.intervention.pipeline import rule_roles, step_context
 from rti_jax.intervention.rules_telecom import USER_SIDE_DEVICE_ACTION
 from rti_jax.policy import telecom_sft_data as td
-from rti_jax.policy.sft_data import encode_messages, play, split_train
+from rti_jax.policy.sft_example import encode_messages, play, split_train
 from rti_jax.policy.tokenizer import build_tokenizer
 from rti_jax.rollout import ChatFormatter, Episode
 
@@ -248,3 +248,20 @@ def test_validator_never_flags_the_checklist_and_flags_the_mistake():
   # 72 of 74 train tasks reach the phone: the device call, then the early stop, are flagged
   assert bad["by_rule"] == {USER_SIDE_DEVICE_ACTION: 72, "PREMATURE_TERMINATION": 72}
   assert bad["episodes_flagged"] == 72 and bad["mean_reward"] == 2 / 74
+
+
+# --- the builder's config ----------------------------------------------------------------------
+
+
+def test_telecom_build_config_rejects_bad_keys_and_values_naming_them(tmp_path):
+  from experiments import telecom_sft
+  from rti_jax.policy import build_config
+
+  for override, key in (("data.rounds=2", "data.rounds"), ("data.phrasings=0", "data.phrasings"),
+                        ("eval.max_turns=40", "eval.max_turns"), ("train.epochs=-1", "train.epochs")):
+    with pytest.raises(ConfigError, match=key):
+      build_config.load_telecom(overrides=[override])
+    with pytest.raises(SystemExit, match=key):
+      telecom_sft.main(["--quick", "--out", str(tmp_path), override])
+  cfg = build_config.load_telecom(overrides=["data.recombined=128", "data.phrasings=2", "train.epochs=1.5"])
+  assert (cfg.data.recombined, cfg.data.phrasings, cfg.train.epochs, cfg.eval.tasks) == (128, 2, 1.5, None)

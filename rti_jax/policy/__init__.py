@@ -1,21 +1,27 @@
-"""The embedded tiny base policy for Navigation (issue 6, item 4).
+"""The tiny base policies (Navigation, Telecom): their tokenizer, SFT data, SFT loop and checks.
 
 * ``tokenizer``: byte-level BPE trained on train-split transcripts and the Qwen-style
   chat template (``build_tokenizer``, ``CHAT_TEMPLATE``).
-* ``sft_data``: scripted trajectories -> token sequences laid out like rollouts, the SFT
-  mix that shapes the policy (``build_examples``, ``MixConfig``, ``TrustingAgent``).
+* ``sft_example``: one encoded conversation and its trained tokens, for any domain
+  (``SFTExample``, ``encode_messages``, ``play``).
+* ``sft_data`` / ``sft_swap``: the Navigation SFT mix (``build_examples``, ``MixConfig``,
+  ``TrustingAgent``) and its kinds on swapped-name / swapped-stop tasks; ``telecom_sft_data``: the
+  Telecom mix.
+* ``check_line``: the line a Navigation policy may write after the first search results
+  (``CheckedAgent``, ``policy_check_line``).
 * ``sft``: the tiny Qwen3 config and the SFT loop (``tiny_qwen3_config``, ``train``).
+* ``build_config`` / ``lineage``: the typed configs of the builds (``configs/sft_*.yaml``) and the
+  stages of the shipped policies (``policies/LINEAGE.yaml``).
 * ``evaluate``: behaviour with the real sampler and intervention pipeline.
 
-The default policy is ``policies/navigation_tiny_b11`` (``DEFAULT_POLICY_DIR``, build 11), rebuilt
-from scratch by ``python experiments/run.py --exp=navigation_sft --chain DIR``: build 7
-(``policies/navigation_tiny``), then builds 9, 10 and 11, each continuing the previous one.
+The default Navigation policy is ``policies/navigation_base`` (``DEFAULT_POLICY_DIR``); ``python
+experiments/run.py --exp=navigation_sft --chain DIR`` rebuilds it from scratch, stage by stage.
 """
 
 from __future__ import annotations
 
 import pathlib
 
-DEFAULT_POLICY_DIR = pathlib.Path(__file__).resolve().parents[2] / "policies" / "navigation_tiny_b11"
+DEFAULT_POLICY_DIR = pathlib.Path(__file__).resolve().parents[2] / "policies" / "navigation_base"
 
 __all__ = ["DEFAULT_POLICY_DIR"]

@@ -23,7 +23,6 @@ from rti_jax.envs.tool_calls import parse_assistant_turn
 from rti_jax.generation.base import SamplingParams
 from rti_jax.intervention import (InterventionConfig, InterventionRoles, InterventionStats, NavigationRuleValidator,
                                   NavigationRuleVerifier, PolicyCorrector, run_intervened_rollouts)
-from rti_jax.policy.check_line import policy_check_line  # noqa: F401  (until its callers import it from check_line)
 from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
 
 _SUGGEST_RE = re.compile(r"Search '(?P<names>.+?)' again with region (?P<region>[A-Za-z]+)")

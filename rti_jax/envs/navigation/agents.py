@@ -35,8 +35,6 @@ _ROUTE = re.compile(r"distance (?P<km>[\d.]+) km; time (?P<min>\d+) min")
 
 SEARCH_FIRST = "I will search for each place first."
 PLAN_NOW = "I have the coordinates of all places. Now I plan the route."
-# With the check line (CheckedAgent): planning although the line names an off stop says so.
-TRUST_FIRST = "Now I plan the route with the first results."
 
 
 class Agent(Protocol):
@@ -134,8 +132,8 @@ def search_resolution(messages: list[dict[str, Any]]
   and whether that came from a regioned search; the trip's city is the most common city among the
   stops whose exact-name results lie in one city only (or that were searched with a region),
   None when no stop gives one; ``off``: the addresses (in search order) whose latest exact result
-  is unregioned and lies outside the trip's city. What ``OracleAgent`` re-searches and what
-  :func:`check_line` names."""
+  is unregioned and lies outside the trip's city. What ``OracleAgent`` re-searches (and what a
+  policy's check line names, ``rti_jax.policy.check_line``)."""
   best: dict[str, tuple[Candidate, bool]] = {}
   city_votes: collections.Counter[str] = collections.Counter()
   for call, obs in observed_searches(messages):
@@ -152,56 +150,6 @@ def search_resolution(messages: list[dict[str, Any]]
   trip = city_votes.most_common(1)[0][0] if city_votes else None
   off = [name for name, (cand, regioned) in best.items() if not regioned and trip is not None and cand.city != trip]
   return trip, best, off
-
-
-CHECK_PREFIX = "Check: "
-
-
-def check_line(messages: list[dict[str, Any]]) -> str | None:
-  """The observation the tiny policy writes first in its turn after the first search results:
-  ``Check: Nanhu Lake in Wuhan.`` (each stop whose unregioned first exact result lies outside the
-  trip's city, with that result's city) or ``Check: all in Chengdu.`` (``all found.`` when no
-  city is known); None before any search result. It states what the results show and nothing
-  else: a policy may still trust the off result after writing it (``CheckedAgent`` over
-  ``TrustingAgent``), so the decision to re-search stays the policy's to learn. Why the line
-  exists: docs/tiny_policy.md, "A check line before the decision"."""
-  return _check_text(*search_resolution(messages))
-
-
-def _check_text(trip: str | None, best: dict[str, tuple[Candidate, bool]], off: list[str]) -> str | None:
-  if not best:
-    return None
-  if off:
-    return CHECK_PREFIX + ", ".join(f"{name} in {best[name][0].city}" for name in off) + "."
-  return CHECK_PREFIX + (f"all in {trip}." if trip is not None else "all found.")
-
-
-class CheckedAgent:
-  """``agent`` whose turn right after the first search results starts with :func:`check_line`
-  (on its own line); every other turn, and every tool call, is the wrapped agent's.
-
-  When the line names an off stop and the agent plans the route anyway (``TrustingAgent``,
-  ``NaiveAgent``), its sentence is ``TRUST_FIRST`` instead of ``PLAN_NOW``. So the first word
-  after the line differs between the two contexts in which the base policy plans at once
-  (after an off result: ``Now``; after plain results: ``I``), and the policy must carry the
-  line's verdict to the decision position. With one shared word there, RL's push toward a
-  re-search after ambiguous results moved the plain context as much (docs/tiny_policy.md).
-  """
-
-  def __init__(self, agent: Any):
-    self.agent = agent
-    self.task = agent.task
-
-  def act(self, messages: list[dict[str, Any]]) -> str:
-    text = self.agent.act(messages)
-    if sum(m["role"] == "assistant" for m in messages) == 1 and messages[-1]["role"] == "tool":
-      trip, best, off = search_resolution(messages)
-      line = _check_text(trip, best, off)
-      if line is not None:
-        if off and text.startswith(PLAN_NOW):
-          text = TRUST_FIRST + text[len(PLAN_NOW):]
-        return f"{line}\n{text}"
-    return text
 
 
 def _direction_done(messages: list[dict[str, Any]]) -> bool:

@@ -1,7 +1,7 @@
 """Diagnostic: does a Navigation policy copy place names and coordinates? (teacher-forced)
 
 For scripted plain / trusting episodes of the last 40 *train-split* tasks (the test split is never
-read; ``navigation_sft --holdout 40``, the default, keeps these tasks out of the build's SFT), it
+read; ``navigation_sft``'s ``data.holdout: 40``, the default, keeps these tasks out of SFT), it
 runs the policy once over each whole episode and, at every trained position that holds a whole
 place-name or coordinate token, checks the argmax. Names of the first turn (the searches, copied
 from the request) are reported apart from names written after the results, with how often the
@@ -9,8 +9,8 @@ argmax is one of the request's own names and the accuracy per search position. `
 first turns of the same tasks with their stop names swapped for random places of the map instead
 (``sft_swap.name_swap_examples``): reading, not recall of a trained request.
 
-    python experiments/name_copy_check.py --policy policies/navigation_tiny --episodes 30
-    python experiments/name_copy_check.py --swapped --episodes 60
+    python experiments/run.py --exp=name_copy_check --policy policies/navigation_base --episodes 30
+    python experiments/run.py --exp=name_copy_check --swapped --episodes 60
 """
 
 from __future__ import annotations
@@ -18,12 +18,10 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import re
-import sys
+from typing import Sequence
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from rti_jax.policy import DEFAULT_POLICY_DIR
 
 PLACE_NAME = r"[A-Z][a-z]+(?:Ġ[A-Z][a-z]+)+Ġ?"
 COORDINATE = r"Ġ?[0-9]+\.[0-9]+,[0-9]+\.[0-9]+"
@@ -94,13 +92,14 @@ def measure_model(model: object, tok: object, fmt: object, episodes: int, swappe
   return out
 
 
-def main(argv: list[str] | None = None) -> int:
-  p = argparse.ArgumentParser(prog="name_copy_check", description=__doc__.split("\n")[0])
-  p.add_argument("--policy", default=os.path.join(ROOT, "policies", "navigation_tiny"))
+def main(argv: Sequence[str] | None = None) -> int:
+  p = argparse.ArgumentParser(prog="run.py --exp=name_copy_check", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--policy", default=str(DEFAULT_POLICY_DIR), help="policy dir (default: policies/navigation_base)")
   p.add_argument("--episodes", type=int, default=30)
   p.add_argument("--swapped", action="store_true",
                  help="first-turn drills whose stop names are swapped for random places, instead of episodes")
-  args = p.parse_args(argv)
+  args = p.parse_args(None if argv is None else list(argv))
   print(json.dumps(measure(args.policy, args.episodes, args.swapped), indent=1))
   return 0
 

@@ -1,18 +1,20 @@
-"""Diagnostic: can a tiny Qwen3 learn to read the stop names out of a Navigation request?
+"""Diagnostic: can a fresh tiny Qwen3 learn to read the stop names out of a Navigation request?
 
 A fresh tiny model is trained on first-turn drills only: a train-split request with its stop names
 swapped for other places of the map, and the first turn that searches each stop
-(``sft_swap.name_swap_examples`` builds the same kind of example for the shipped policy; here
-without the system turn, to be fast). It then reports, teacher-forced on 100 drills from held-out
+(``sft_swap.name_swap_examples`` builds the same kind of example for a policy build; here without
+the system turn, to be fast). It then reports, teacher-forced on 100 drills from held-out
 train-split requests (the test split is never read), how often the argmax at a search's name is
 the right name, and how often it is one of the request's own names. With ``--held-names`` the
-evaluation drills use 60 names that no training drill contains.
+evaluation drills use 60 names that no training drill contains. The model, init and tokenizer
+defaults are those of a policy build (``configs/sft_navigation.yaml``); docs/tiny_policy.md has the
+figures.
 
-    python experiments/name_drill.py                          # the shipped settings: 97% in 1600 steps
-    python experiments/name_drill.py --order route            # searches in route order: 63%
-    python experiments/name_drill.py --qk 2.0 --type-init 0   # the old init: 0-4% (a draft of this bench)
+    python experiments/run.py --exp=name_drill                          # a build's model and init
+    python experiments/run.py --exp=name_drill --order route            # searches in route order
+    python experiments/run.py --exp=name_drill --qk 2.0 --type-init 0   # q/k norm 2.0, no name direction
 
-Each run takes about 7 minutes on 2 CPU cores (1600 steps); the measured rows are in docs/tiny_policy.md.
+Writes ``result.json`` to ``--out``.
 """
 
 from __future__ import annotations
@@ -21,21 +23,21 @@ import argparse
 import dataclasses
 import json
 import os
+import pathlib
 import re
-import sys
 import time
-from typing import Any
+from typing import Any, Sequence
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 PLACE_NAME = r"[A-Z][a-z]+(?:Ġ[A-Z][a-z]+)+Ġ?"
 NAMES1 = (r"[A-Z][a-z]+(?: [A-Z][a-z]+)*| ?[0-9]+(?:\.[0-9]+)?(?:,[0-9]+(?:\.[0-9]+)?)?|\s+|[A-Za-z]+|"
           r"[^\sA-Za-z0-9]+(?: [^\sA-Za-z0-9]+)* ?")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(prog="run.py --exp=name_drill", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--steps", type=int, default=1600)
   p.add_argument("--drills", type=int, default=8000, help="training drills")
   p.add_argument("--order", choices=("route", "mention"), default="mention",
@@ -54,11 +56,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   p.add_argument("--pattern", choices=("names", "names1"), default="names",
                  help="pre-tokenizer: tokenizer.NAME_PATTERN, or names1 (a number takes the space before it)")
   p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--out", default=os.path.join(ROOT, "runs", "name_drill"))
-  return p.parse_args(argv)
+  p.add_argument("--out", default=str(ROOT / "runs" / "name_drill"))
+  return p.parse_args(None if argv is None else list(argv))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
   args = parse_args(argv)
   import jax.numpy as jnp
   import numpy as np
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
   from rti_jax.envs.tool_calls import ToolCall
   from rti_jax.policy import sft, sft_data, sft_swap
   from rti_jax.policy import tokenizer as T
-  from rti_jax.policy.sft_data import SFTExample
+  from rti_jax.policy.sft_example import SFTExample
 
   t0 = time.time()
   bench = nav.load_benchmark("tiny")

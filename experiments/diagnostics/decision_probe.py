@@ -23,8 +23,8 @@ under the current policy. Per iteration it reports:
 The log-odds shift of ``p_trust`` against that of ``p_plan_plain`` tells whether an update
 moved a context-specific decision or only a bias.
 
-With a policy whose format writes the check line first in that turn (``agents.check_line``; the
-build records ``"check_line": true`` in ``<policy>/build.json``), the three probabilities are
+With a policy whose format writes the check line first in that turn (``rti_jax.policy.check_line``;
+the build records ``"check_line": true`` in ``<policy>/build.json``), the three probabilities are
 read right after the (teacher-forced) line, and two more figures read the line itself:
 
 * ``p_check_odd``: on tasks that need disambiguation, the probability of the line's first word
@@ -44,17 +44,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rti_jax import reporting
+from experiments import navigation as nav_exp
+from rti_jax import experiment, reporting
 from rti_jax.config import load_config, to_yaml
-
-import navigation as nav_exp
 
 QUICK = [*nav_exp.QUICK, "train.eval_samples=2"]
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
-  p = nav_exp.common_parser("run.py --exp=decision_probe", __doc__, "runs/<name>-probe-<time>", reuse=False)
-  return nav_exp.split_overrides(p, argv)
+  p = experiment.common_parser("run.py --exp=decision_probe", __doc__, "runs/<name>-probe-<time>", reuse=False)
+  return experiment.split_overrides(p, argv)
 
 
 def turn_spans(mask: Sequence[bool]) -> list[tuple[int, int]]:
@@ -83,8 +82,7 @@ class DecisionProbe:
 
   def __init__(self, tasks: Sequence[Any], env: Any, formatter: Any, pad_id: int, check: bool = False):
     from rti_jax.envs.navigation.agents import NaiveAgent, OracleAgent
-    from rti_jax.policy.check_line import CHECK_PREFIX
-    from rti_jax.policy.check_line import check_line_length
+    from rti_jax.policy.check_line import CHECK_PREFIX, check_line_length
     from rti_jax.policy.sft_data import encode_messages, play, scripted
 
     if not tasks:
@@ -170,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   from rti_jax.trainer import Trainer
 
   args, unknown = parse_args(argv)
-  prepared = nav_exp.prepare_run(args, unknown, QUICK, "-probe")
+  prepared = experiment.prepare_run(args, unknown, QUICK, "-probe")
   if prepared is None:
     return 2
   overrides, out = prepared

@@ -1,0 +1,280 @@
+"""Typed configs of the SFT builds of the tiny base policies (dataclasses + YAML + overrides).
+
+As ``rti_jax.config`` does for the RL experiments, a build's config is made in layers, later ones
+winning::
+
+    defaults of the dataclasses  <-  configs/sft_<domain>.yaml  <-  the --quick profile  <-  key=value overrides
+
+OmegaConf checks types against the schema (an unknown key or a string where a float belongs is an
+error naming the key); ``validate_*`` then check ranges and choices. Every error is a
+``rti_jax.config.ConfigError`` that names the key. The resolved config (``to_dict``) is what a
+build records in its policy's ``build.json``.
+
+* ``NavigationSFTConfig`` (``experiments/navigation_sft.py``, ``configs/sft_navigation.yaml``)
+* ``TelecomSFTConfig`` (``experiments/telecom_sft.py``, ``configs/sft_telecom.yaml``)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any, Optional, Sequence, TypeVar
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from rti_jax.config import CONFIG_DIR, ConfigError
+
+
+@dataclasses.dataclass
+class TinyQwenConfig:
+  """The tiny Qwen3 of a build from scratch (``sft.tiny_qwen3_config``; one kv head, MLP 2 x hidden)
+  and its init; unused by a build that continues a policy (``init``)."""
+
+  hidden: int = 128
+  layers: int = 3
+  heads: int = 4
+  head_dim: int = 32
+  qk_norm_init: float = 1.4  # initial q/k RMSNorm weight (sft.sharpen_qk_norm)
+  embed_std: float = 1.0  # init std of the tied embeddings (sft.scale_embeddings; 0.02 is the usual)
+  final_norm_init: float = 0.03  # initial final RMSNorm weight
+
+
+@dataclasses.dataclass
+class NavigationModelConfig(TinyQwenConfig):
+  # norm of the shared "place name" direction added to every whole-name token's embedding
+  # (sft.add_type_direction; 0 = off)
+  name_type_init: float = 8.0
+
+
+@dataclasses.dataclass
+class NavigationTokenizerConfig:
+  vocab: int = 4096  # tokenizer size
+  pattern: str = "names"  # names: whole names and coordinates (tokenizer.NAME_PATTERN) | words: words and numbers
+
+
+@dataclasses.dataclass
+class NavigationDataConfig:
+  """The SFT mix (``sft_data``, ``sft_swap``); train split only."""
+
+  holdout: int = 40  # the last train-split tasks, kept out of SFT (the RL validation split; diagnostics)
+  max_tasks: int = 0  # SFT on the first this-many of the other train tasks only (0 = all)
+  # every scripted turn after the first search results starts with the check line (rti_jax.policy.check_line)
+  check_line: bool = False
+  resolve_share: float = 0.06  # disambiguation tasks whose decisive re-search is trained
+  # disambiguation tasks whose re-search turn is trained except its decision token (kind resolve_tail)
+  complete_share: float = 0.0
+  name_swap: int = 1000  # first-turn drills with swapped stop names in the main mix (sft_swap.name_swap_examples)
+  swap_episodes: int = 2000  # oracle episodes of plain tasks made by a stop swap (sft_swap.swap_episode_examples)
+  swap_disamb: int = 800  # tasks needing a re-search made by a stop swap (sft_swap.swap_disamb_examples)
+  check_drills: int = 3000  # check-line drills in the main mix (sft_swap.check_drill_examples; with check_line only)
+
+
+@dataclasses.dataclass
+class NameDrillConfig:
+  """Stage 0 of a build from scratch: reading stop names out of requests, on first-turn drills
+  alone (without the system turn)."""
+
+  steps: int = 4000  # at most this many steps (0 = no stage 0)
+  examples: int = 8000  # distinct drills (0 = 16 per step)
+  # the stage ends early once this share of the search names of held-out drills is read right
+  # (checked every 200 steps on checks.reading drills of the held-out tasks; > 1 = never)
+  target: float = 0.9
+
+
+@dataclasses.dataclass
+class NavigationTrainConfig:
+  lr: float = 3e-3
+  epochs: float = 2.0  # of the full stage
+  warmup_epochs: float = 3.0  # of the short-context stage before it (the mix without the system turn)
+  tokens_per_batch: int = 4096
+  copy_examples: int = 0  # synthetic copy sequences over word and number tokens before stage 1 (0 = none)
+
+
+@dataclasses.dataclass
+class NavigationChecksConfig:
+  """Teacher-forced checks on the held-out train tasks after each stage (metrics.json, the card)."""
+
+  reading: int = 30  # first turns / episodes of the reading check (diagnostics.name_copy_check; 0 = skip)
+  decision: bool = True  # the decision probe's figures (diagnostics.decision_probe)
+
+
+@dataclasses.dataclass
+class NavigationEvalConfig:
+  """Behaviour with the real sampler after the build (skipped with --no-eval)."""
+
+  tasks: int = 16  # tasks per kind (disambiguation / plain) per split
+  samples: int = 8  # samples per task at temperature 1
+
+
+@dataclasses.dataclass
+class NavigationSFTConfig:
+  """A build of the tiny Navigation policy (``experiments/navigation_sft.py``)."""
+
+  seed: int = 0
+  # continue from this policy dir (its tokenizer, weights and architecture) instead of a fresh
+  # model: no tokenizer build, no model init, no stage 0
+  init: Optional[str] = None
+  tokenizer: NavigationTokenizerConfig = dataclasses.field(default_factory=NavigationTokenizerConfig)
+  model: NavigationModelConfig = dataclasses.field(default_factory=NavigationModelConfig)
+  data: NavigationDataConfig = dataclasses.field(default_factory=NavigationDataConfig)
+  name_drills: NameDrillConfig = dataclasses.field(default_factory=NameDrillConfig)
+  train: NavigationTrainConfig = dataclasses.field(default_factory=NavigationTrainConfig)
+  checks: NavigationChecksConfig = dataclasses.field(default_factory=NavigationChecksConfig)
+  eval: NavigationEvalConfig = dataclasses.field(default_factory=NavigationEvalConfig)
+
+
+#: ``--quick``: a seconds-long smoke build (tiny model, 16 tasks, a twentieth of the generated kinds).
+NAVIGATION_QUICK = (
+    "model.hidden=32", "model.layers=2", "model.head_dim=16", "train.epochs=1.0", "train.warmup_epochs=0.0",
+    "name_drills.steps=5", "name_drills.examples=80", "data.max_tasks=16", "data.name_swap=50",
+    "data.swap_episodes=100", "data.swap_disamb=40", "data.check_drills=150", "checks.reading=0",
+    "checks.decision=false", "eval.tasks=2", "eval.samples=2",
+)
+
+
+@dataclasses.dataclass
+class TelecomDataConfig:
+  """The SFT mix (``telecom_sft_data``); train split only, in ``rl_train_split`` order."""
+
+  holdout: int = 10  # the last train tasks, kept out of SFT (the RL validation split)
+  max_tasks: int = 0  # SFT on the first this-many of the other train tasks only (0 = all)
+  # extra SFT tasks: SFT tasks with their device faults recombined (envs/telecom/recombine.py;
+  # no test or train fault set repeated)
+  recombined: int = 0
+  phrasings: int = 4  # scripted-user phrasing seeds each SFT task is played with (the mix is drawn per seed)
+  resolve_share: float = 0.06  # checklist episodes with the decision trained
+  continue_share: float = 0.35  # checklist episodes, decisive turn as context
+  complete_share: float = 0.5  # checklist episodes trained except the decisive turn's first token
+  correction_share: float = 0.6  # correction examples (p_cal -> right turn)
+
+
+@dataclasses.dataclass
+class TelecomTrainConfig:
+  lr: float = 3e-3
+  epochs: float = 3.0
+  tokens_per_batch: int = 8192  # at least the longest example
+
+
+@dataclasses.dataclass
+class TelecomEvalConfig:
+  """Behaviour on the held-out train tasks with the real sampler (skipped with --no-eval)."""
+
+  tasks: Optional[int] = None  # held-out tasks sampled (null = all of data.holdout)
+  samples: int = 4  # samples per task at temperature 1
+  max_turns: int = 16  # assistant turns per sampled episode (the checklist needs at most 14)
+
+
+@dataclasses.dataclass
+class TelecomTokenizerConfig:
+  vocab: int = 4096  # at most; BPE stops when no pair repeats (pre-tokenizer: telecom_sft_data.TELECOM_PATTERN)
+
+
+@dataclasses.dataclass
+class TelecomSFTConfig:
+  """A build of the tiny Telecom policy (``experiments/telecom_sft.py``)."""
+
+  seed: int = 0
+  tokenizer: TelecomTokenizerConfig = dataclasses.field(default_factory=TelecomTokenizerConfig)
+  model: TinyQwenConfig = dataclasses.field(default_factory=TinyQwenConfig)
+  data: TelecomDataConfig = dataclasses.field(default_factory=TelecomDataConfig)
+  train: TelecomTrainConfig = dataclasses.field(default_factory=TelecomTrainConfig)
+  eval: TelecomEvalConfig = dataclasses.field(default_factory=TelecomEvalConfig)
+
+
+#: ``--quick``: a smoke build of under two minutes.
+TELECOM_QUICK = (
+    "model.hidden=32", "model.layers=1", "model.head_dim=16", "model.heads=2", "train.epochs=0.05",
+    "tokenizer.vocab=1024", "data.max_tasks=12", "data.phrasings=1", "eval.tasks=2", "eval.samples=2",
+    "eval.max_turns=6",
+)
+
+
+def _check(ok: bool, key: str, expected: str, got: Any) -> None:
+  if not ok:
+    raise ConfigError(f"{key}: expected {expected}, got {got!r}")
+
+
+def _check_model(m: TinyQwenConfig) -> None:
+  for key in ("hidden", "layers", "heads", "head_dim"):
+    _check(getattr(m, key) >= 1, f"model.{key}", "an integer >= 1", getattr(m, key))
+
+
+def validate_navigation(cfg: NavigationSFTConfig) -> NavigationSFTConfig:
+  """Checks choices and ranges; raises ``ConfigError`` naming the key."""
+  _check(cfg.tokenizer.pattern in ("names", "words"), "tokenizer.pattern", "one of ['names', 'words']",
+         cfg.tokenizer.pattern)
+  _check(cfg.tokenizer.vocab >= 512, "tokenizer.vocab", "an integer >= 512", cfg.tokenizer.vocab)
+  _check_model(cfg.model)
+  for key in ("resolve_share", "complete_share"):
+    _check(0 <= getattr(cfg.data, key) <= 1, f"data.{key}", "a share in [0, 1]", getattr(cfg.data, key))
+  for key in ("holdout", "max_tasks", "name_swap", "swap_episodes", "swap_disamb", "check_drills"):
+    _check(getattr(cfg.data, key) >= 0, f"data.{key}", "an integer >= 0", getattr(cfg.data, key))
+  _check(cfg.name_drills.steps >= 0 and cfg.name_drills.examples >= 0, "name_drills.steps/examples",
+         "integers >= 0", (cfg.name_drills.steps, cfg.name_drills.examples))
+  _check(cfg.train.lr > 0, "train.lr", "> 0", cfg.train.lr)
+  _check(cfg.train.epochs > 0, "train.epochs", "> 0", cfg.train.epochs)
+  _check(cfg.train.warmup_epochs >= 0, "train.warmup_epochs", ">= 0", cfg.train.warmup_epochs)
+  _check(cfg.train.copy_examples >= 0, "train.copy_examples", "an integer >= 0", cfg.train.copy_examples)
+  _check(cfg.checks.reading >= 0, "checks.reading", "an integer >= 0", cfg.checks.reading)
+  _check(cfg.eval.tasks >= 1 and cfg.eval.samples >= 1, "eval.tasks/samples", "integers >= 1",
+         (cfg.eval.tasks, cfg.eval.samples))
+  return cfg
+
+
+def validate_telecom(cfg: TelecomSFTConfig) -> TelecomSFTConfig:
+  """Checks choices and ranges; raises ``ConfigError`` naming the key."""
+  _check(cfg.tokenizer.vocab >= 512, "tokenizer.vocab", "an integer >= 512", cfg.tokenizer.vocab)
+  _check_model(cfg.model)
+  for key in ("resolve_share", "continue_share", "complete_share", "correction_share"):
+    _check(0 <= getattr(cfg.data, key) <= 1, f"data.{key}", "a share in [0, 1]", getattr(cfg.data, key))
+  _check(cfg.data.phrasings >= 1, "data.phrasings", "an integer >= 1", cfg.data.phrasings)
+  for key in ("holdout", "max_tasks", "recombined"):
+    _check(getattr(cfg.data, key) >= 0, f"data.{key}", "an integer >= 0", getattr(cfg.data, key))
+  _check(cfg.train.lr > 0, "train.lr", "> 0", cfg.train.lr)
+  _check(cfg.train.epochs > 0, "train.epochs", "> 0", cfg.train.epochs)
+  _check(1 <= cfg.eval.max_turns <= 30, "eval.max_turns", "an integer in 1..30", cfg.eval.max_turns)
+  _check(cfg.eval.tasks is None or cfg.eval.tasks >= 1, "eval.tasks", "an integer >= 1 or null", cfg.eval.tasks)
+  _check(cfg.eval.samples >= 1, "eval.samples", "an integer >= 1", cfg.eval.samples)
+  return cfg
+
+
+Schema = TypeVar("Schema")
+
+
+def _load(schema: type[Schema], default_name: str, name_or_path: str | None, overrides: Sequence[str]) -> Schema:
+  path = pathlib.Path(name_or_path or default_name)
+  if not path.suffix:
+    path = CONFIG_DIR / f"{path}.yaml"
+  if not path.exists():
+    known = sorted(p.stem for p in CONFIG_DIR.glob("sft_*.yaml"))
+    raise ConfigError(f"config {str(name_or_path or default_name)!r}: no file {path}; known build configs: {known}")
+  for item in overrides:
+    if "=" not in item:
+      raise ConfigError(f"override {item!r}: expected key=value")
+  try:
+    merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
+    cfg = OmegaConf.to_object(merged)
+  except OmegaConfBaseException as e:
+    key = getattr(e, "full_key", None) or "config"
+    raise ConfigError(f"{key}: {str(e).splitlines()[0]}") from None
+  assert isinstance(cfg, schema)
+  return cfg
+
+
+def load_navigation(name_or_path: str | None = None, overrides: Sequence[str] = (),
+                    quick: bool = False) -> NavigationSFTConfig:
+  """The validated config of a Navigation build: ``configs/sft_navigation.yaml`` (or another name
+  under ``configs/`` or a YAML path), then the quick profile, then ``overrides`` (``key=value``)."""
+  cfg = _load(NavigationSFTConfig, "sft_navigation", name_or_path, [*(NAVIGATION_QUICK if quick else ()), *overrides])
+  return validate_navigation(cfg)
+
+
+def load_telecom(name_or_path: str | None = None, overrides: Sequence[str] = (), quick: bool = False) -> TelecomSFTConfig:
+  """The validated config of a Telecom build (``configs/sft_telecom.yaml``; as ``load_navigation``)."""
+  return validate_telecom(_load(TelecomSFTConfig, "sft_telecom", name_or_path, [*(TELECOM_QUICK if quick else ()), *overrides]))
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+  """The resolved config as a plain dict (for ``build.json`` and ``metrics.json``)."""
+  return dataclasses.asdict(cfg)
