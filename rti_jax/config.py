@@ -230,8 +230,25 @@ def _get(cfg: ExperimentConfig, dotted: str) -> Any:
   return obj
 
 
+#: Float keys that may be infinite (never NaN); every other float must be finite.
+_INF_ALLOWED = frozenset({"intervention.delta"})
+
+
+def _leaves(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
+  """``(dotted key, value)`` of every leaf of a config dataclass."""
+  out = []
+  for f in dataclasses.fields(obj):
+    value = getattr(obj, f.name)
+    key = f"{prefix}{f.name}"
+    out.extend(_leaves(value, key + ".") if dataclasses.is_dataclass(value) else [(key, value)])
+  return out
+
+
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
   """Checks choices and ranges; raises ``ConfigError`` naming the key."""
+  for key, value in _leaves(cfg):
+    if isinstance(value, float) and (math.isnan(value) or (math.isinf(value) and key not in _INF_ALLOWED)):
+      raise ConfigError(f"{key}: expected a finite number, got {value}")
   for key, choices in _CHOICES.items():
     value = _get(cfg, key)
     if value not in choices:
@@ -257,8 +274,22 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     raise ConfigError("rollout.sglang_url: required when rollout.backend=sglang (e.g. http://127.0.0.1:30000)")
   if cfg.rollout.group_size < 2:
     raise ConfigError(f"rollout.group_size: GRPO needs at least 2 samples per group, got {cfg.rollout.group_size}")
-  if not cfg.optim.lr > 0:
-    raise ConfigError(f"optim.lr: expected > 0, got {cfg.optim.lr}")
+  o = cfg.optim
+  if not o.lr > 0:
+    raise ConfigError(f"optim.lr: expected > 0, got {o.lr}")
+  if not o.max_grad_norm > 0:
+    raise ConfigError(f"optim.max_grad_norm: expected > 0 (the global-norm clip), got {o.max_grad_norm}")
+  if not o.weight_decay >= 0:
+    raise ConfigError(f"optim.weight_decay: expected >= 0, got {o.weight_decay}")
+  for key in ("optim.b1", "optim.b2"):
+    if not 0 <= _get(cfg, key) < 1:
+      raise ConfigError(f"{key}: expected a value in [0, 1), got {_get(cfg, key)}")
+  for key in ("train.eval_tasks", "train.seed", "env.seed"):
+    if _get(cfg, key) < 0:
+      raise ConfigError(f"{key}: expected an integer >= 0, got {_get(cfg, key)}")
+  if not cfg.rollout.max_context > cfg.rollout.max_new_tokens:
+    raise ConfigError(f"rollout.max_context: expected more than one turn (rollout.max_new_tokens="
+                      f"{cfg.rollout.max_new_tokens}) plus a prompt, got {cfg.rollout.max_context}")
   for key in ("mesh.data", "mesh.fsdp", "mesh.tensor"):
     if _get(cfg, key) == 0 or _get(cfg, key) < -1:
       raise ConfigError(f"{key}: expected a positive size or -1, got {_get(cfg, key)}")
@@ -266,7 +297,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     raise ConfigError("mesh: at most one axis may be -1")
   if cfg.loss.method == "opd" and not cfg.baselines.teacher_path:
     raise ConfigError("baselines.teacher_path: expected a teacher checkpoint dir for loss.method=opd, got None "
-                      "(make one with experiments/navigation_sft.py --resolve-share 1.0 --policy-dir <dir>)")
+                      "(e.g. policies/navigation_teacher)")
   b = cfg.baselines
   if b.aepo_entropy not in ("exact", "surprisal"):
     raise ConfigError(f"baselines.aepo_entropy: expected one of ['exact', 'surprisal'], got {b.aepo_entropy!r}")
@@ -366,7 +397,7 @@ def load_config(name_or_path: str | None = None, overrides: Sequence[str] = ()) 
   for item in overrides:
     if "=" not in item:
       raise ConfigError(f"override {item!r}: expected key=value")
-  overrides = [_quote_yaml_words(item) for item in overrides]
+  overrides = [_literal(_quote_yaml_words(item)) for item in overrides]
   try:
     merged = OmegaConf.merge(*layers, OmegaConf.from_dotlist(list(overrides)))
     cfg = OmegaConf.to_object(merged)
@@ -400,6 +431,13 @@ def _quote_yaml_words(item: str) -> str:
   if value.strip().lower() in _YAML_BOOL_WORDS and _field_type(key.strip()) in (str, Optional[str]):
     return f"{key}='{value.strip()}'"
   return item
+
+
+def _literal(item: str) -> str:
+  """An override's value taken literally: ``${...}`` (OmegaConf interpolation, e.g. ``${oc.env:HOME}``)
+  is escaped, so nothing on a command line is resolved from the environment or the config."""
+  key, _, value = item.partition("=")
+  return f"{key}={value.replace('${', chr(92) + '${')}" if "${" in value else item
 
 
 def to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
