@@ -172,8 +172,19 @@ class QwenConfig:
     cfg_path = os.path.join(path, "config.json")
     if not os.path.isfile(cfg_path):
       raise FileNotFoundError(f"path: expected a directory with config.json, got {str(path)!r}")
-    with open(cfg_path) as f:
-      return cls.from_hf_dict(json.load(f))
+    try:
+      with open(cfg_path) as f:
+        hf = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+      raise ValueError(f"{cfg_path}: not a readable JSON config ({e})") from None
+    if not isinstance(hf, dict):
+      raise ValueError(f"{cfg_path}: expected a JSON object, got {type(hf).__name__}")
+    try:
+      return cls.from_hf_dict(hf)
+    except (KeyError, TypeError, ValueError) as e:
+      if isinstance(e, UnsupportedModelError):
+        raise
+      raise ValueError(f"{cfg_path}: invalid config ({type(e).__name__}: {e})") from None
 
   def to_hf_dict(self) -> dict[str, Any]:
     """The config.json transformers expects for this model."""

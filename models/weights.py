@@ -167,14 +167,29 @@ def _checkpoint_files(path: str) -> dict[str, str]:
   index = os.path.join(path, "model.safetensors.index.json")
   single = os.path.join(path, "model.safetensors")
   if os.path.isfile(index):
-    with open(index) as f:
-      weight_map = json.load(f)["weight_map"]
-    return {k: os.path.join(path, v) for k, v in weight_map.items()}
+    try:
+      with open(index) as f:
+        weight_map = json.load(f)["weight_map"]
+      return {str(k): os.path.join(path, str(v)) for k, v in weight_map.items()}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+      raise ValueError(f"{index}: not a readable safetensors index ({type(e).__name__}: {e})") from None
   if os.path.isfile(single):
-    with safe_open(single, framework="numpy") as f:
+    with _open_safetensors(single) as f:
       return {k: single for k in f.keys()}
   raise FileNotFoundError(
     f"path: expected model.safetensors or model.safetensors.index.json in {path!r}, found neither")
+
+
+#: On-disk dtypes a checkpoint's tensors may have (safetensors names); anything else is refused.
+_FLOAT_DTYPES = frozenset({"F32", "BF16", "F16"})
+
+
+def _open_safetensors(fname: str) -> Any:
+  """``safe_open(fname)``; a missing, truncated or garbage file raises ValueError naming it."""
+  try:
+    return safe_open(fname, framework="numpy")
+  except Exception as e:  # safetensors raises its own error types (and OSError) for bad files
+    raise ValueError(f"{fname}: not a readable safetensors file ({type(e).__name__}: {e})") from None
 
 
 def partition_spec(spec: WeightSpec, shape: tuple[int, ...], mesh: Mesh,
@@ -257,8 +272,14 @@ def from_pretrained(path: str | os.PathLike, *, dtype: Any = jnp.float32, param_
       for e in group:  # one entry, or one per expert in expert order
         fname = files[e.hf]
         if fname not in handles:
-          handles[fname] = stack.enter_context(safe_open(fname, framework="numpy"))
-        tensor = handles[fname].get_slice(e.hf)
+          handles[fname] = stack.enter_context(_open_safetensors(fname))
+        try:
+          tensor = handles[fname].get_slice(e.hf)
+        except Exception as err:  # the index names a tensor its file does not hold, or the file is damaged
+          raise ValueError(f"tensor {e.hf!r}: cannot be read from {fname} ({type(err).__name__}: {err})") from None
+        if tensor.get_dtype() not in _FLOAT_DTYPES:
+          raise ValueError(f"tensor {e.hf!r} in {fname}: expected a float dtype ({sorted(_FLOAT_DTYPES)}), "
+                           f"got {tensor.get_dtype()}")
         got = tuple(tensor.get_shape())
         if got != want:
           raise ValueError(f"tensor {e.hf!r}: expected shape {want}, got {got}")

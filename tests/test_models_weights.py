@@ -67,6 +67,51 @@ def test_bad_checkpoints_name_the_tensor(tmp_path, edit, needle):
     models.from_pretrained(tmp_path)
 
 
+_K = "model.layers.0.self_attn.k_proj.weight"
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_, np.float64, np.uint8])
+def test_a_tensor_of_a_non_float_dtype_fails_naming_the_tensor(tmp_path, dtype):
+  """Integer, boolean and float64 tensors are refused, not cast (a float64 tensor is no Qwen checkpoint)."""
+  write_checkpoint(tmp_path, "qwen3")
+  _edit_checkpoint(tmp_path, lambda t: t.update({_K: (t[_K] * 0 + 1).astype(dtype)}))
+  with pytest.raises(ValueError, match=rf"{_K}.*float dtype"):
+    models.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+def test_an_unreadable_safetensors_file_fails_naming_the_file(tmp_path, damage):
+  write_checkpoint(tmp_path, "qwen3")
+  f = tmp_path / "model.safetensors"
+  data = f.read_bytes()
+  f.write_bytes({"truncate": data[: len(data) // 2], "garbage": b"\x07not a tensor file" * 50, "empty": b""}[damage])
+  with pytest.raises(ValueError, match="model.safetensors: not a readable safetensors file"):
+    models.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}',
+                                  "\xff\xfe"])
+def test_an_invalid_config_json_fails_naming_the_file(tmp_path, text):
+  write_checkpoint(tmp_path, "qwen3")
+  (tmp_path / "config.json").write_text(text, encoding="latin-1")
+  with pytest.raises(ValueError, match="config.json"):
+    models.from_pretrained(tmp_path)
+
+
+def test_an_index_naming_a_tensor_its_file_lacks_fails_naming_both(tmp_path):
+  write_checkpoint(tmp_path, "qwen2", tie=True, max_shard_size="20KB")
+  index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+  name = next(iter(index["weight_map"]))
+  other = next(f for f in set(index["weight_map"].values()) if f != index["weight_map"][name])
+  index["weight_map"][name] = other
+  (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+  with pytest.raises(ValueError, match=rf"{name}.*{other}"):
+    models.from_pretrained(tmp_path)
+  (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": 3}')
+  with pytest.raises(ValueError, match="index.json: not a readable safetensors index"):
+    models.from_pretrained(tmp_path)
+
+
 def test_rotary_buffer_and_tied_lm_head_are_ignored_and_reported(tmp_path):
   write_checkpoint(tmp_path, "qwen2", tie=True)
   _edit_checkpoint(tmp_path, lambda t: t.update({
