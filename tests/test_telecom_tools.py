@@ -204,6 +204,11 @@ def test_agent_tool_bad_input_is_an_error_not_a_crash():
   assert not ok and "customer_id \"user's id\" not found" in out
   out, ok = at.run_agent_tool(state, "refuel_data", {"customer_id": "C1001", "line_id": "L1002", "gb_amount": "lots"})
   assert not ok and "must be a number" in out
+  for bad in (True, False, [1], {"gb": 1}, None, "nan", "inf", float("inf"), "1" * 5000):
+    out, ok = at.run_agent_tool(state, "refuel_data", {"customer_id": "C1001", "line_id": "L1002", "gb_amount": bad})
+    assert not ok and "must be a" in out and "number" in out, (bad, out)
+  out, ok = at.run_agent_tool(state, "refuel_data", {"customer_id": "C1001", "line_id": "L1002", "gb_amount": "1.5"})
+  assert ok, out  # a numeric string is a number, as tau2's argument parsing reads it
   out, ok = at.run_agent_tool(state, "get_customer_by_phone", {"phone": "555-123-2002"})
   assert not ok and "missing ['phone_number'], unexpected ['phone']" in out
   out, ok = at.run_agent_tool(state, "resume_line", {"customer_id": "C1001", "line_id": "L1002"})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any, Callable
 
 from rti_jax.envs.telecom import state as st
@@ -251,12 +252,14 @@ def _check_arguments(tool: AgentTool, arguments: dict[str, Any]) -> dict[str, An
   for name, value in arguments.items():
     kind = tool.properties[name]["type"]
     if kind == "number":
-      if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-          value = float(value)
-        except (TypeError, ValueError):
-          raise ToolError(f"argument {name} of {tool.name} must be a number, got {value!r}") from None
-      value = float(value)
+      if isinstance(value, bool):  # JSON true/false is not a number (float(True) would read it as 1)
+        raise ToolError(f"argument {name} of {tool.name} must be a number, got {value!r}")
+      try:
+        value = float(value)  # a JSON number, or a numeric string as tau2's argument parsing accepts
+      except (TypeError, ValueError, OverflowError):
+        raise ToolError(f"argument {name} of {tool.name} must be a number, got {value!r}") from None
+      if not math.isfinite(value):
+        raise ToolError(f"argument {name} of {tool.name} must be a finite number, got {value!r}")
     elif not isinstance(value, str):
       raise ToolError(f"argument {name} of {tool.name} must be a string, got {value!r}")
     clean[name] = value
