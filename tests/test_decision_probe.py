@@ -77,6 +77,7 @@ def _reference_token_prob(torch_model, tok, messages, word: str | None = None) -
   return float(torch.softmax(logits, -1)[full[len(prompt)]])
 
 
+@pytest.mark.slow
 def test_probe_matches_transformers(shipped):
   tasks, tok, probe, logp_fn, episodes, policy, check, own = shipped
   got = probe.measure(logp_fn, None)

@@ -51,6 +51,7 @@ def test_exp_help_reaches_the_experiment(capsys):
   assert e.value.code == 0 and "--swapped" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_run_py_as_a_script_from_another_directory(tmp_path):
   out = subprocess.run([sys.executable, str(EXPERIMENTS_DIR / "run.py"), "--exp=navigation_sft", "--help"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120)

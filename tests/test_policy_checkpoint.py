@@ -31,6 +31,7 @@ def test_checkpoint_is_small_and_complete():
   assert sum(p.stat().st_size for p in POLICY.iterdir()) < 10 * 2**20
 
 
+@pytest.mark.slow
 def test_transformers_logits_equal_flax_logits(bench, policy):
   import torch
   from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -50,6 +51,7 @@ def test_transformers_logits_equal_flax_logits(bench, policy):
   np.testing.assert_allclose(got[:, :want.shape[-1]], want, atol=2e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_behaviour_shape_on_test_tasks(bench, policy):
   """Greedy: solves tasks without an ambiguous name, trusts the first result on tasks with
   one; given the Validator's feedback it re-searches with the region and then succeeds."""
@@ -69,6 +71,7 @@ def test_behaviour_shape_on_test_tasks(bench, policy):
   assert iv["success_rate"] >= 0.5
 
 
+@pytest.mark.slow
 def test_shipped_build_copies_coordinates_and_reads_names_teacher_forced():
   """The build's measured properties (model card): given the right name, it copies that place's
   coordinate out of the tool results; its searches read the request's names, and the direction

@@ -82,6 +82,10 @@ def test_unknown_option_key_or_value_is_rejected_naming_it():
     navigation_sft.main(["--quick", "--no-eval", "train.lr=fast"])
   with pytest.raises(SystemExit, match="tokenizer.pattern"):
     navigation_sft.main(["--quick", "--no-eval", "tokenizer.pattern=letters"])
+  with pytest.raises(SystemExit, match="train.epochs: expected a finite number"):
+    navigation_sft.main(["--quick", "--no-eval", "train.epochs=inf"])
+  # an override is taken literally: no OmegaConf interpolation from the environment
+  assert build_config.load_navigation(overrides=["init=${oc.env:HOME}"]).init == "${oc.env:HOME}"
 
 
 def test_eval_only_needs_a_built_policy(tmp_path):

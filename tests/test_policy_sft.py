@@ -109,6 +109,7 @@ def test_masked_nll_matches_numpy():
   np.testing.assert_allclose(float(total), ref, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_shared_prefix_logits_equal_the_full_forward():
   cfg = sft.tiny_qwen3_config(100, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
   model = Qwen(cfg, rngs=nnx.Rngs(0))
@@ -149,6 +150,7 @@ def _tiny_run(examples, steps_epochs, seed=0):
   return model, sft.train(model, examples, scfg, pad_id=0)
 
 
+@pytest.mark.slow
 def test_sft_loss_decreases_and_is_deterministic(setup):
   _, _, _, _, _, examples = setup
   small = [e for e in examples if e.kind in ("plain", "trusting")][:12]
@@ -163,6 +165,7 @@ def test_sft_loss_decreases_and_is_deterministic(setup):
   assert again.losses == res.losses
 
 
+@pytest.mark.slow
 def test_train_stops_early_when_asked_and_only_at_checks(setup):
   _, _, _, _, _, examples = setup
   small = [e for e in examples if e.kind in ("plain", "trusting")][:12]
@@ -175,6 +178,7 @@ def test_train_stops_early_when_asked_and_only_at_checks(setup):
   assert full.steps > 6 and full.losses[:6] == res.losses  # the same steps up to the stop
 
 
+@pytest.mark.slow
 def test_frozen_token_rows_stay_exact_while_the_others_train(setup):
   _, _, _, _, _, examples = setup
   small = [e for e in examples if e.kind in ("plain", "trusting")][:4]
@@ -394,6 +398,7 @@ def test_swap_names_uses_placeholders_and_needs_every_name_in_every_text():
   assert sft_swap.swap_names(["Hill Park and Hill"], ["Hill Park", "Hill"], ["X", "Y"]) == ["X and Y"]
 
 
+@pytest.mark.slow
 def test_sft_data_does_not_depend_on_the_string_hash_seed():
   """The SFT data (mix, name drills, swapped episodes) is the same in processes with different
   PYTHONHASHSEED: no set iteration order leaks into it (a set of equal-length stop names iterated in

@@ -17,6 +17,7 @@ build records in its policy's ``build.json``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import pathlib
 from typing import Any, Optional, Sequence, TypeVar
 
@@ -195,6 +196,16 @@ def _check(ok: bool, key: str, expected: str, got: Any) -> None:
     raise ConfigError(f"{key}: expected {expected}, got {got!r}")
 
 
+def _check_finite(obj: Any, prefix: str = "") -> None:
+  """Every float of the config is finite (``inf`` or ``nan`` from a command line is an error)."""
+  for f in dataclasses.fields(obj):
+    value, key = getattr(obj, f.name), f"{prefix}{f.name}"
+    if dataclasses.is_dataclass(value):
+      _check_finite(value, key + ".")
+    elif isinstance(value, float):
+      _check(math.isfinite(value), key, "a finite number", value)
+
+
 def _check_model(m: TinyQwenConfig) -> None:
   for key in ("hidden", "layers", "heads", "head_dim"):
     _check(getattr(m, key) >= 1, f"model.{key}", "an integer >= 1", getattr(m, key))
@@ -202,6 +213,7 @@ def _check_model(m: TinyQwenConfig) -> None:
 
 def validate_navigation(cfg: NavigationSFTConfig) -> NavigationSFTConfig:
   """Checks choices and ranges; raises ``ConfigError`` naming the key."""
+  _check_finite(cfg)
   _check(cfg.tokenizer.pattern in ("names", "words"), "tokenizer.pattern", "one of ['names', 'words']",
          cfg.tokenizer.pattern)
   _check(cfg.tokenizer.vocab >= 512, "tokenizer.vocab", "an integer >= 512", cfg.tokenizer.vocab)
@@ -224,6 +236,7 @@ def validate_navigation(cfg: NavigationSFTConfig) -> NavigationSFTConfig:
 
 def validate_telecom(cfg: TelecomSFTConfig) -> TelecomSFTConfig:
   """Checks choices and ranges; raises ``ConfigError`` naming the key."""
+  _check_finite(cfg)
   _check(cfg.tokenizer.vocab >= 512, "tokenizer.vocab", "an integer >= 512", cfg.tokenizer.vocab)
   _check_model(cfg.model)
   for key in ("resolve_share", "continue_share", "complete_share", "correction_share"):
@@ -252,6 +265,8 @@ def _load(schema: type[Schema], default_name: str, name_or_path: str | None, ove
   for item in overrides:
     if "=" not in item:
       raise ConfigError(f"override {item!r}: expected key=value")
+  # values taken literally: an OmegaConf interpolation (``${oc.env:HOME}``) is not resolved
+  overrides = [item.replace("${", "\\${") for item in overrides]
   try:
     merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
     cfg = OmegaConf.to_object(merged)

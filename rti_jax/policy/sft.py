@@ -50,8 +50,8 @@ def scale_embeddings(model: Qwen, embed_std: float, final_norm: float, seed: int
   With the default 0.02 a rare token (one place's name or coordinate) is a small vector that the
   residual stream drowns, and copying it out of the context is learned only after a long plateau.
   Large embeddings (``embed_std`` ~1) keep every token distinct from the first step; a small final
-  norm weight keeps the initial logits (``norm(h) . E``, tied) as small as before. Measured on a
-  recall drill: loss 0.12 after 400 steps instead of ~2.5 (docs/tiny_policy.md).
+  norm weight keeps the initial logits (``norm(h) . E``, tied) as small as before
+  (docs/tiny_policy.md).
   """
   emb = model.embed.embedding
   emb.set_value(jax.random.normal(jax.random.key(seed), emb.shape, emb.dtype) * embed_std)
@@ -64,10 +64,8 @@ def add_type_direction(model: Qwen, token_ids: Sequence[int], scale: float, seed
 
   With large random embeddings (``scale_embeddings``) a whole-name token carries nothing that
   says it is a name, and attention cannot pick "the place names of the request" out of the
-  context by a linear query; the shared direction makes that one query. Measured on the
-  first-turn name drill (docs/tiny_policy.md; 800 steps, q/k norm 1.4, 4 heads x 32): 35% of
-  the search names copied without it; with a direction of norm 8, 98% in an uncommitted draft of
-  the bench, 40-65% with the committed one (63% at 1600 steps).
+  context by a linear query; the shared direction makes that one query (the first-turn name
+  drill, ``experiments/diagnostics/name_drill.py --type-init``, compares; docs/tiny_policy.md).
   """
   ids = np.asarray(sorted({int(i) for i in token_ids}), np.int64)
   if ids.size == 0 or scale == 0.0:
@@ -86,9 +84,9 @@ def sharpen_qk_norm(model: Qwen, scale: float) -> None:
   With qk-norm the attention logit q.k/sqrt(d) is bounded by about ``scale**2 * sqrt(d)``;
   a larger start lets a tiny model attend sharply to one earlier token (copying a name or a
   coordinate out of a long context) from the first steps instead of after the norm weights
-  have slowly grown. Too large a start saturates the softmax: at 2.0 every head of the tiny
-  Navigation policy locked onto one format token and never learned to read the request's names;
-  the build uses 1.4 (docs/tiny_policy.md).
+  have slowly grown. Too large a start saturates the softmax: every head of the tiny Navigation
+  policy can lock onto one format token and never learn to read the request's names, so the
+  build's default is 1.4, not 2.0 (``model.qk_norm_init``; docs/tiny_policy.md).
   """
   for layer in model.layers:
     for norm in (layer.attn.q_norm, layer.attn.k_norm):
@@ -273,9 +271,9 @@ def freeze_rows(model: Qwen, token_ids: Sequence[int]) -> Callable[[], None]:
   """A function that resets the embedding rows of ``token_ids`` to their current values.
 
   Called after every update it keeps those rows exactly as they are now (AdamW's weight decay
-  included). Used by ``experiments/name_drill.py --freeze-names`` to test whether fixed name
-  embeddings let the tiny model copy names generically (through the tied embeddings) instead of
-  learning each name as an output: they did not (0% on names no drill trained; docs/tiny_policy.md).
+  included). Used by ``experiments/diagnostics/name_drill.py --freeze-names`` to test whether fixed
+  name embeddings let the tiny model copy names generically (through the tied embeddings) instead
+  of learning each name as an output (docs/tiny_policy.md).
   """
   ids = np.asarray(sorted({int(i) for i in token_ids}), np.int64)
   emb = model.embed.embedding

@@ -74,7 +74,7 @@ def name_swap_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: 
     messages = env.reset(task)
     first = OracleAgent(task).act(list(messages))
     # A fixed order of the stop names (which new name replaces which): not set order, which depends
-    # on the process's string-hash seed (PYTHONHASHSEED) and made earlier builds' drills differ per run.
+    # on the process's string-hash seed (PYTHONHASHSEED) and would make the drills differ per run.
     stops = sorted({s.name for s in task.stops}, key=lambda n: (-len(n), n))
     new = [str(x) for x in rng.choice(names, size=len(stops), replace=False)]
     swapped = swap_names([messages[1]["content"], first], stops, new)

@@ -42,7 +42,7 @@ PRE_TOKENIZER_PATTERN = r"\s+|[A-Za-z]+|[0-9]+(?:\.[0-9]+)?|[^\sA-Za-z0-9]+(?: [
 # Whole place names and whole coordinates: a capitalised name (``Shimen Hill``) is one pre-token, and
 # takes the space after it when a number follows (``Shimen Hill 109.0145,34.4338`` is name, coordinate:
 # in a labelled ``direction`` stop the coordinate directly follows its name, the key of its look-up); a
-# ``lon,lat`` pair is one pre-token. Measured in docs/tiny_policy.md.
+# ``lon,lat`` pair is one pre-token (why: docs/tiny_policy.md).
 NAME_PATTERN = (r"[A-Z][a-z]+(?: [A-Z][a-z]+)*(?: (?=[0-9]))?|[0-9]+(?:\.[0-9]+)?(?:,[0-9]+(?:\.[0-9]+)?)?|\s+|"
                 r"[A-Za-z]+|[^\sA-Za-z0-9]+(?: [^\sA-Za-z0-9]+)* ?")
 END_OF_TURN = "<|im_end|>"
