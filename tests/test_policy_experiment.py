@@ -102,11 +102,16 @@ def test_holdout_keeps_the_last_train_tasks_out_of_sft():
       navigation_sft.split_train(tasks, bad)
 
 
-def test_build_configs_are_the_schema_defaults_and_quick_is_a_profile():
-  """configs/sft_*.yaml write out the dataclass defaults (the builds' defaults before any
-  override), and --quick only adds overrides that a later override wins over."""
-  assert build_config.load_navigation() == build_config.NavigationSFTConfig()
-  assert build_config.load_telecom() == build_config.TelecomSFTConfig()
+def test_every_build_config_loads_and_is_the_schema_defaults_and_quick_is_a_profile():
+  """Every configs/sft_*.yaml loads with its builder's schema and writes out the dataclass defaults
+  (the builds' defaults before any override); --quick only adds overrides that a later one wins over."""
+  loaders = {"sft_navigation": (build_config.load_navigation, build_config.NavigationSFTConfig),
+             "sft_telecom": (build_config.load_telecom, build_config.TelecomSFTConfig)}
+  files = sorted(p.stem for p in (ROOT / "configs").glob("sft_*.yaml"))
+  assert files == sorted(loaders)
+  for name in files:
+    load, schema = loaders[name]
+    assert load(name) == load(str(ROOT / "configs" / f"{name}.yaml")) == schema(), name
   quick = build_config.load_navigation(quick=True, overrides=["model.hidden=48"])
   assert quick.model.hidden == 48 and quick.model.layers == 2 and quick.data.max_tasks == 16
   assert build_config.load_telecom(quick=True).data.phrasings == 1
