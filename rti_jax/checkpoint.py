@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import warnings
 from typing import Any
 
 import jax
@@ -20,6 +21,10 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from rti_jax.reporting import to_jsonable
+
+
+class _DoesNotFit(ValueError):
+  """A checkpoint that reads, but whose arrays do not fit the template (another model or optimizer)."""
 
 
 @dataclasses.dataclass
@@ -59,21 +64,51 @@ class TrainCheckpointer:
     return self._manager.latest_step()
 
   def restore(self, template: Any, step: int | None = None) -> Restored | None:
-    """Loads ``step`` (default: the latest) shaped and sharded like ``template``; None if there is none."""
-    step = self._manager.latest_step() if step is None else step
-    if step is None:
+    """Loads ``step`` (default: the newest intact one) shaped and sharded like ``template``; None if
+    there is none.
+
+    Without ``step``, a checkpoint that cannot be read (a damaged or missing part) is skipped with a
+    warning naming it and the one restored instead, so a run resumes from the previous intact
+    checkpoint. A checkpoint that reads but does not fit ``template`` (another model or optimizer)
+    raises ValueError, since no older checkpoint of the same run dir would fit either.
+    """
+    self._manager.reload()
+    steps = sorted(self._manager.all_steps(), reverse=True) if step is None else [step]
+    if not steps:
       return None
+    failures: list[str] = []
+    for s in steps:
+      try:
+        restored = self._restore_step(template, s)
+      except _DoesNotFit:
+        raise
+      except Exception as e:  # orbax / tensorstore / JSON errors of a damaged checkpoint
+        failures.append(f"checkpoint {s} in {self.directory}: {type(e).__name__}: {str(e)[:300]}")
+        continue
+      if failures:
+        warnings.warn("could not read " + "; ".join(failures) + f"; resuming from checkpoint {s} instead",
+                      RuntimeWarning, stacklevel=2)
+      return restored
+    raise ValueError("no checkpoint in " + str(self.directory) + " can be read: " + "; ".join(failures))
+
+  def _restore_step(self, template: Any, step: int) -> Restored:
     item = {"state": template, "key": jax.random.key_data(jax.random.key(0))}
     try:
       out = self._manager.restore(
           step,
           args=ocp.args.Composite(state=ocp.args.StandardRestore(item), meta=ocp.args.JsonRestore()),
       )
-    except ValueError as e:  # e.g. a run dir left by another policy: shapes differ
-      raise ValueError(f"checkpoint {step} in {self.directory} does not fit this model and optimizer "
-                       f"(resume only with the policy and config that wrote it, or use a new run dir): {e}") from e
+    except ValueError as e:
+      if "shape" in str(e).lower() or "structure" in str(e).lower() or "tree" in str(e).lower():
+        raise _DoesNotFit(
+            f"checkpoint {step} in {self.directory} does not fit this model and optimizer (resume only with "
+            f"the policy and config that wrote it, or use a new run dir): {e}") from e
+      raise
+    meta = out["meta"]
+    if not isinstance(meta, dict):
+      raise ValueError(f"meta: expected a JSON object, got {type(meta).__name__}")
     key = jax.random.wrap_key_data(np.asarray(out["state"]["key"]))
-    return Restored(step=step, state=out["state"]["state"], key=key, meta=dict(out["meta"]))
+    return Restored(step=step, state=out["state"]["state"], key=key, meta=dict(meta))
 
   def close(self) -> None:
     self._manager.close()

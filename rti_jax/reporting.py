@@ -16,7 +16,10 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import os
 import pathlib
+import tempfile
+import warnings
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -51,17 +54,51 @@ def write_json(path: str | pathlib.Path, obj: Any) -> None:
 
 
 def append_jsonl(path: str | pathlib.Path, record: Mapping[str, Any]) -> None:
+  """Appends one record as one line (flushed and synced, so a kill leaves at most a torn last line)."""
   with open(path, "a") as f:
     f.write(json.dumps(to_jsonable(record), sort_keys=True) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
 
 
 def write_jsonl(path: str | pathlib.Path, records: Iterable[Mapping[str, Any]]) -> None:
-  """Rewrites ``path`` with ``records``, one JSON object per line."""
-  pathlib.Path(path).write_text("".join(json.dumps(to_jsonable(r), sort_keys=True) + "\n" for r in records))
+  """Rewrites ``path`` with ``records``, one JSON object per line, atomically (a temporary file in
+  the same directory, then ``os.replace``): a kill leaves the old file or the new one, never a mix."""
+  path = pathlib.Path(path)
+  text = "".join(json.dumps(to_jsonable(r), sort_keys=True) + "\n" for r in records)
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "w") as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    pathlib.Path(tmp).unlink(missing_ok=True)
+    raise
 
 
 def read_jsonl(path: str | pathlib.Path) -> list[dict[str, Any]]:
-  return [json.loads(line) for line in pathlib.Path(path).read_text().splitlines() if line.strip()]
+  """The records of a JSONL file. A last line without its newline that does not parse (a write cut
+  off by a kill) is dropped with a warning; any other line that does not parse raises ValueError
+  naming the file and line."""
+  text = pathlib.Path(path).read_text()
+  lines = text.split("\n")
+  out = []
+  for i, line in enumerate(lines):
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as e:
+      if i == len(lines) - 1:  # no newline after it: a torn final write
+        warnings.warn(f"{path}: dropped a torn last line ({len(line)} characters)", RuntimeWarning, stacklevel=2)
+        break
+      raise ValueError(f"{path}:{i + 1}: not a JSON record ({e})") from None
+    if not isinstance(record, dict):
+      raise ValueError(f"{path}:{i + 1}: expected a JSON object, got {type(record).__name__}")
+    out.append(record)
+  return out
 
 
 def format_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], floatfmt: str = "{:.2f}") -> str:

@@ -330,7 +330,9 @@ class Trainer:
   def maybe_resume(self) -> bool:
     """Restores the latest checkpoint of this run dir, if any; True when it did."""
     restored = self.checkpointer.restore(self.state)
-    if restored is None:
+    if restored is None:  # a fresh run, or one killed before its first checkpoint: it starts from 0
+      _truncate_jsonl(self.metrics_path, 0)
+      _truncate_jsonl(self.eval_path, 0)
       return False
     self.state = restored.state
     self.key = restored.key
@@ -404,7 +406,8 @@ def _forward_logp(graphdef: Any, params: Any, rest: Any, ids: jax.Array, mask: j
 
 
 def _truncate_jsonl(path: pathlib.Path, iteration: int) -> None:
-  """Drops records written after the checkpoint we resume from (they will be recomputed)."""
+  """Drops records written after the checkpoint we resume from (they will be recomputed, identically),
+  and a torn last line; atomic, so a kill during the rewrite loses nothing."""
   if not path.exists():
     return
   keep = [r for r in reporting.read_jsonl(path) if int(r.get("iteration", 0)) <= iteration]
