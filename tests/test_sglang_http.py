@@ -10,6 +10,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -32,6 +33,10 @@ class FakeSGLang:
     self.reload_fn = lambda path: os.path.isfile(os.path.join(path, "weights.npy"))
     self.hits: list[str] = []
     self.reloaded: list[str] = []
+    self.retry_after: str | None = None  # a Retry-After header on the 503s
+    self.sleep_s = 0.0  # wait this long before answering a POST
+    self.drip_s = 0.0  # send the body one byte per drip_s seconds
+    self.mutate: Any = None  # items -> items, applied to /generate answers
 
   def generate(self, body: dict[str, Any]) -> list[dict[str, Any]]:
     ids = body["input_ids"]
@@ -73,19 +78,30 @@ def _handler(state: FakeSGLang) -> type[BaseHTTPRequestHandler]:
     def log_message(self, *args: Any) -> None:  # keep test output quiet
       pass
 
-    def _send(self, code: int, obj: Any) -> None:
+    def _send(self, code: int, obj: Any, headers: dict[str, str] | None = None) -> None:
       data = json.dumps(obj).encode()
       self.send_response(code)
       self.send_header("Content-Type", "application/json")
       self.send_header("Content-Length", str(len(data)))
+      for k, v in (headers or {}).items():
+        self.send_header(k, v)
       self.end_headers()
+      if state.drip_s and code == 200:
+        try:
+          for i in range(len(data)):
+            self.wfile.write(data[i:i + 1])
+            self.wfile.flush()
+            time.sleep(state.drip_s)
+        except (BrokenPipeError, ConnectionResetError):
+          pass
+        return
       self.wfile.write(data)
 
     def _fault(self) -> bool:
       state.hits.append(self.path)
       if state.fail_next > 0:
         state.fail_next -= 1
-        self._send(503, {"error": "warming up"})
+        self._send(503, {"error": "warming up"}, {"Retry-After": state.retry_after} if state.retry_after else None)
         return True
       return False
 
@@ -98,8 +114,10 @@ def _handler(state: FakeSGLang) -> type[BaseHTTPRequestHandler]:
       if self._fault():
         return
       body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+      time.sleep(state.sleep_s)
       if self.path == "/generate":
-        self._send(200, state.generate(body))
+        items = state.generate(body)
+        self._send(200, state.mutate(items) if state.mutate else items)
       elif self.path == "/update_weights_from_disk":
         path = body["model_path"]
         ok = state.reload_ok and state.reload_fn(path)
@@ -267,3 +285,70 @@ def test_http_backend_over_the_jax_backend():
   finally:
     httpd.shutdown()
     httpd.server_close()
+
+
+def test_a_dripping_body_is_cut_off_at_the_total_deadline(server):
+  """Timeouts per read would let a body sent one byte at a time run forever; the deadline is total."""
+  state, url = server
+  state.drip_s = 0.05  # ~200 bytes of answer: 10 s at this rate
+  client = _client(url, timeout_s=1.0, max_retries=2)
+  t0 = time.monotonic()
+  with pytest.raises(BackendUnavailableError, match=r"/generate did not answer within 1 s"):
+    client.generate([[1, 2]], SamplingParams(max_new_tokens=4), seed=0)
+  assert time.monotonic() - t0 < 3.0
+  assert state.hits.count("/generate") == 1  # a POST the server took is not sent again
+
+
+def test_a_slow_post_is_not_re_sent(server):
+  state, url = server
+  state.sleep_s = 1.5
+  client = _client(url, timeout_s=0.5, max_retries=3)
+  with pytest.raises(BackendUnavailableError, match="did not answer within"):
+    client.update_weights_from_disk("/nowhere")
+  time.sleep(1.2)  # let the server finish the one request it got
+  assert state.hits.count("/update_weights_from_disk") == 1
+
+
+def test_an_excessive_retry_after_is_capped(server):
+  state, url = server
+  state.fail_next, state.retry_after = 2, "3600"
+  client = _client(url, max_retries=3, max_backoff_s=0.2)
+  t0 = time.monotonic()
+  assert client.score([[1, 2]], [[3]])[0].shape == (1,)
+  assert time.monotonic() - t0 < 2.0
+  assert client._backoff(1, "0.05") == pytest.approx(0.05) and client._backoff(3, "soon") == 0.04
+
+
+def test_health_checks_have_a_short_default_deadline():
+  client = SGLangHTTPBackend("http://127.0.0.1:1")
+  assert client.health_timeout_s <= 10 and client.timeout_s * (client.max_retries + 1) <= 15 * 60
+
+
+def _item_edit(fn):
+  def mutate(items):
+    for it in items:
+      fn(it)
+    return items
+  return mutate
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda items: ["not a dict"] * len(items), "answer item must be a JSON object"),
+    (lambda items: items[:0], "expected a list of 1 answer items"),
+    (_item_edit(lambda it: it["meta_info"].update(output_token_logprobs=[[-0.1]])), r"output_token_logprobs\[0\]"),
+    (_item_edit(lambda it: it["meta_info"].update(output_token_logprobs=[["x", 3, None]])), r"finite log-prob"),
+    (_item_edit(lambda it: it["meta_info"].update(output_token_logprobs=[[0.7, 3, None]])), r"finite log-prob <= 0"),
+    (_item_edit(lambda it: it["meta_info"].update(output_token_logprobs=[[float("nan"), 3, None]])), "finite"),
+    (_item_edit(lambda it: it["meta_info"].update(output_token_logprobs=[[-0.1, -4, None]])), r"token id .* >= 0"),
+    (_item_edit(lambda it: it["meta_info"].update(output_token_logprobs=[[-0.1, 2.5, None]])), r"token id"),
+    (_item_edit(lambda it: it["meta_info"].update(output_token_logprobs=[[-0.1, True, None]])), r"token id"),
+    (_item_edit(lambda it: (it["meta_info"].update(output_token_logprobs=[[-0.1, 3, None]] * 9),
+                            it.pop("output_ids"))), "more than max_new_tokens=4"),
+    (_item_edit(lambda it: it["meta_info"].update(finish_reason={"type": "abort"})), "finish_reason"),
+    (_item_edit(lambda it: it.update(output_ids="123")), "output_ids"),
+])
+def test_every_answer_field_is_checked_before_it_reaches_a_batch(server, mutate, field):
+  state, url = server
+  state.mutate = mutate
+  with pytest.raises(SGLangProtocolError, match=field):
+    _client(url).generate([[1, 2]], SamplingParams(max_new_tokens=4), seed=0)

@@ -21,22 +21,29 @@ post-temperature values, sample at temperature 1 or recompute them with ``score`
 that the matched stop token is included in ``output_token_logprobs``, and that
 ``max_new_tokens = 0`` scoring requests are accepted.
 
-Retries: connection errors and 5xx/429 answers are retried ``max_retries`` times with
-exponential backoff (``urllib3.util.Retry``); after that a ``BackendUnavailableError``
-names the URL. A 4xx answer or a malformed body raises ``SGLangProtocolError`` naming
-the URL and the field.
+Deadlines and retries: every request has one total deadline (connect, headers and body
+together: a server that drips its body byte by byte is cut off), ``timeout_s`` for generation
+and ``health_timeout_s`` for health checks. A request that could not connect, or was answered
+5xx / 429, is tried again at most ``max_retries`` times with capped exponential backoff (a
+server's ``Retry-After`` is not obeyed beyond ``max_backoff_s``); a POST whose answer did not
+arrive in time is not sent again (the server may still be running it). After that a
+``BackendUnavailableError`` names the URL. A 4xx answer or a malformed body raises
+``SGLangProtocolError`` naming the URL and the field: every answer is checked (types, finite
+log-probs <= 0, non-negative integer token ids, at most ``max_new_tokens`` tokens) before
+anything reaches a batch.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import tempfile
+import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import requests
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
 
 from rti_jax.generation.base import Completion, SamplingParams
 
@@ -71,32 +78,61 @@ def sampling_params_to_sglang(params: SamplingParams, seed: int | None = None) -
   return out
 
 
+#: log-probs above this are impossible (beyond float32 rounding of log 1 = 0)
+_MAX_LOGPROB = 1e-4
+
+
 def _triples(meta: dict[str, Any], key: str, url: str) -> list[Sequence[Any]]:
+  """``meta_info[key]`` checked as a list of ``[logprob, token_id, ...]`` entries."""
   value = meta.get(key)
   if not isinstance(value, list):
     raise SGLangProtocolError(
       f"{url}: meta_info.{key} must be a list of [logprob, token_id, text], got {type(value).__name__}"
     )
+  for j, t in enumerate(value):
+    if not isinstance(t, (list, tuple)) or len(t) < 2:
+      raise SGLangProtocolError(f"{url}: meta_info.{key}[{j}] must be [logprob, token_id, text], got {t!r:.80}")
+    token = t[1]
+    if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+      raise SGLangProtocolError(f"{url}: meta_info.{key}[{j}] token id must be an integer >= 0, got {token!r:.80}")
   return value
 
 
-def parse_generate_item(item: dict[str, Any], url: str) -> Completion:
-  """Turns one ``/generate`` answer item into a ``Completion``.
+def _logprob(value: Any, field: str, url: str) -> float:
+  """One reported log-prob, checked: a finite number <= 0."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+      or value > _MAX_LOGPROB:
+    raise SGLangProtocolError(f"{url}: {field} must be a finite log-prob <= 0, got {value!r:.80}")
+  return min(float(value), 0.0)
+
+
+def parse_generate_item(item: Any, url: str, max_new_tokens: int | None = None) -> Completion:
+  """Turns one ``/generate`` answer item into a ``Completion`` (checked; ``SGLangProtocolError``
+  names the field).
 
   Token ids are taken from ``meta_info.output_token_logprobs`` (so ids and
-  log-probs always line up); ``output_ids``, when present, must agree.
+  log-probs always line up); ``output_ids``, when present, must agree. With
+  ``max_new_tokens``, a longer completion is refused.
   """
+  if not isinstance(item, dict):
+    raise SGLangProtocolError(f"{url}: answer item must be a JSON object, got {type(item).__name__}")
   meta = item.get("meta_info")
   if not isinstance(meta, dict):
     raise SGLangProtocolError(f"{url}: answer item has no meta_info dict (keys: {sorted(item)})")
   triples = _triples(meta, "output_token_logprobs", url)
+  if max_new_tokens is not None and len(triples) > max_new_tokens:
+    raise SGLangProtocolError(f"{url}: meta_info.output_token_logprobs has {len(triples)} tokens, more than "
+                              f"max_new_tokens={max_new_tokens}")
+  if any(t[1] > np.iinfo(np.int32).max for t in triples):
+    raise SGLangProtocolError(f"{url}: meta_info.output_token_logprobs holds a token id beyond int32")
   ids = np.asarray([int(t[1]) for t in triples], dtype=np.int32)
   lps = [t[0] for t in triples]
   if any(lp is None for lp in lps):
     raise SGLangProtocolError(f"{url}: meta_info.output_token_logprobs holds a null log-prob")
-  logprobs = np.asarray(lps, dtype=np.float32)
+  logprobs = np.asarray([_logprob(lp, f"meta_info.output_token_logprobs[{j}][0]", url) for j, lp in enumerate(lps)],
+                        dtype=np.float32)
   output_ids = item.get("output_ids")
-  if output_ids is not None and list(output_ids) != ids.tolist():
+  if output_ids is not None and (not isinstance(output_ids, list) or output_ids != ids.tolist()):
     raise SGLangProtocolError(
       f"{url}: output_ids ({len(output_ids)} ids) disagree with output_token_logprobs ({len(ids)} ids)"
     )
@@ -122,9 +158,11 @@ class SGLangHTTPBackend:
   """A ``GenerationBackend`` served by an SGLang server over HTTP.
 
   base_url: e.g. ``http://127.0.0.1:30000``.
-  timeout_s: per-request timeout.
-  max_retries / backoff_s: bounded retries with exponential backoff on connection
-    errors and 5xx/429 answers (sleep ``backoff_s * 2**(attempt-1)``).
+  timeout_s: the total deadline of one generation / scoring / reload request (connect, headers
+    and body); health checks use ``health_timeout_s``.
+  max_retries / backoff_s / max_backoff_s: bounded retries on connection errors and 5xx / 429
+    answers, sleeping ``min(backoff_s * 2**(attempt-1), max_backoff_s)`` (a ``Retry-After``
+    header is honoured only up to ``max_backoff_s``); a POST that timed out is not re-sent.
   weights_dir: where ``sync_weights`` writes the policy (a temp dir by default).
   save_fn: ``save_fn(model, path)`` writes an HF checkpoint; default
     ``model.save_pretrained(path)``.
@@ -134,9 +172,11 @@ class SGLangHTTPBackend:
     self,
     base_url: str,
     *,
-    timeout_s: float = 600.0,
-    max_retries: int = 3,
+    timeout_s: float = 300.0,
+    health_timeout_s: float = 5.0,
+    max_retries: int = 2,
     backoff_s: float = 0.5,
+    max_backoff_s: float = 5.0,
     weights_dir: str | None = None,
     save_fn: Callable[[Any, str], None] = save_with_save_pretrained,
     send_seed: bool = False,
@@ -145,59 +185,102 @@ class SGLangHTTPBackend:
       raise ValueError(f"base_url: expected 'http://host:port', got {base_url!r}")
     if max_retries < 0:
       raise ValueError(f"max_retries: expected >= 0, got {max_retries}")
+    for name, value in (("timeout_s", timeout_s), ("health_timeout_s", health_timeout_s)):
+      if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}: expected a finite number of seconds > 0, got {value}")
     self.base_url = base_url.rstrip("/")
     self.timeout_s = timeout_s
+    self.health_timeout_s = health_timeout_s
     self.max_retries = max_retries
+    self.backoff_s = backoff_s
+    self.max_backoff_s = max_backoff_s
     self.weights_dir = weights_dir
     self.save_fn = save_fn
     self.send_seed = send_seed
     self.session = requests.Session()
-    retry = Retry(
-      total=max_retries,
-      connect=max_retries,
-      read=max_retries,
-      status=max_retries,
-      backoff_factor=backoff_s,
-      status_forcelist=(429, 500, 502, 503, 504),
-      allowed_methods=frozenset({"GET", "POST"}),
-      raise_on_status=False,
-    )
-    adapter = HTTPAdapter(max_retries=retry)
-    self.session.mount("http://", adapter)
-    self.session.mount("https://", adapter)
 
   # -- HTTP plumbing ---------------------------------------------------------
 
-  def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> requests.Response:
+  def _request(self, method: str, path: str, payload: dict[str, Any] | None = None,
+               timeout_s: float | None = None) -> tuple[int, bytes]:
+    """``(status, body)`` of one request under one total deadline, with bounded retries."""
     url = f"{self.base_url}{path}"
+    budget = self.timeout_s if timeout_s is None else timeout_s
+    last = ""
+    for attempt in range(self.max_retries + 1):
+      if attempt:
+        time.sleep(self._backoff(attempt, last_retry_after))
+      last_retry_after = None
+      try:
+        status, body, headers = self._once(method, url, payload, budget)
+      except _Deadline as e:  # the server took the request: re-sending could run it twice
+        raise BackendUnavailableError(f"SGLang server at {url} did not answer within {budget:g} s: {e}") from None
+      except requests.ConnectionError as e:
+        last = f"unreachable: {e.__class__.__name__}: {e}"
+        continue
+      if status >= 500 or status == 429:
+        last = f"HTTP {status}: {body[:300]!r}"
+        last_retry_after = headers.get("Retry-After")
+        continue
+      if status >= 400:
+        raise SGLangProtocolError(f"{url}: HTTP {status}: {body[:300]!r}")
+      return status, body
+    raise BackendUnavailableError(f"SGLang server at {url} failed after {self.max_retries} retries; last: {last}")
+
+  def _backoff(self, attempt: int, retry_after: str | None) -> float:
+    wait = self.backoff_s * 2 ** (attempt - 1)
     try:
-      resp = self.session.request(method, url, json=payload, timeout=self.timeout_s)
-    except (requests.ConnectionError, requests.Timeout) as e:
-      raise BackendUnavailableError(
-        f"SGLang server at {url} is unreachable after {self.max_retries} retries: {e.__class__.__name__}: {e}"
-      ) from e
-    if resp.status_code >= 500 or resp.status_code == 429:
-      raise BackendUnavailableError(
-        f"SGLang server at {url} kept answering HTTP {resp.status_code} after {self.max_retries} retries: "
-        f"{resp.text[:300]!r}"
-      )
-    if resp.status_code >= 400:
-      raise SGLangProtocolError(f"{url}: HTTP {resp.status_code}: {resp.text[:300]!r}")
-    return resp
+      if retry_after is not None:
+        wait = max(wait, float(retry_after))
+    except ValueError:  # an HTTP date or garbage: our own backoff
+      pass
+    return min(max(wait, 0.0), self.max_backoff_s)
+
+  def _once(self, method: str, url: str, payload: dict[str, Any] | None, budget: float
+            ) -> tuple[int, bytes, Any]:
+    """One try: the connection, the headers and the whole body must arrive before the deadline."""
+    deadline = time.monotonic() + budget
+    try:
+      resp = self.session.request(method, url, json=payload, timeout=(min(budget, 10.0), budget), stream=True)
+    except requests.Timeout as e:
+      if isinstance(e, requests.ConnectTimeout):
+        raise requests.ConnectionError(str(e)) from None
+      raise _Deadline("no answer") from None
+    try:
+      chunks = []
+      while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+          raise _Deadline("the body did not arrive in time")
+        sock = _socket_of(resp)
+        if sock is not None:
+          sock.settimeout(left)
+        try:
+          chunk = resp.raw.read1(65536)
+        except Exception as e:  # urllib3 / socket timeouts and resets while reading the body
+          if time.monotonic() >= deadline or "timed out" in str(e).lower():
+            raise _Deadline("the body did not arrive in time") from None
+          raise requests.ConnectionError(f"{e.__class__.__name__}: {e}") from None
+        if not chunk:
+          break
+        chunks.append(chunk)
+      return resp.status_code, b"".join(chunks), resp.headers
+    finally:
+      resp.close()
 
   def _post_json(self, path: str, payload: dict[str, Any]) -> Any:
-    resp = self._request("POST", path, payload)
+    _, body = self._request("POST", path, payload)
     try:
-      return resp.json()
-    except ValueError as e:
-      raise SGLangProtocolError(f"{self.base_url}{path}: body is not JSON: {resp.text[:300]!r}") from e
+      return json.loads(body)
+    except (ValueError, RecursionError) as e:
+      raise SGLangProtocolError(f"{self.base_url}{path}: body is not JSON: {body[:300]!r}") from e
 
   # -- health ------------------------------------------------------------------
 
   def health(self) -> bool:
     """True when ``GET /health`` answers 200 (no exception when the server is down)."""
     try:
-      return self._request("GET", "/health").status_code == 200
+      return self._request("GET", "/health", timeout_s=self.health_timeout_s)[0] == 200
     except (BackendUnavailableError, SGLangProtocolError):
       return False
 
@@ -226,7 +309,7 @@ class SGLangHTTPBackend:
     }
     items = self._post_json("/generate", body)
     items = self._as_batch(items, len(prompts), "/generate")
-    return [parse_generate_item(it, f"{self.base_url}/generate") for it in items]
+    return [parse_generate_item(it, f"{self.base_url}/generate", params.max_new_tokens) for it in items]
 
   def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> list[np.ndarray]:
     """Per-token log-probs ``[len(response)]`` of each response given its prompt.
@@ -266,9 +349,10 @@ class SGLangHTTPBackend:
           raise SGLangProtocolError(
             f"{url}: input_token_logprobs has {len(triples)} entries, expected >= {n} non-null ones for prompt {i}"
           )
-        if [int(t[1]) for t in tail] != [int(t) for t in responses[i]]:
+        if [t[1] for t in tail] != [int(t) for t in responses[i]]:
           raise SGLangProtocolError(f"{url}: input_token_logprobs token ids do not match response {i}")
-        out[i] = np.asarray([t[0] for t in tail], dtype=np.float32)
+        out[i] = np.asarray([_logprob(t[0], f"meta_info.input_token_logprobs[{j}][0]", url)
+                             for j, t in enumerate(tail)], dtype=np.float32)
     return [o for o in out]  # type: ignore[misc]
 
   def sync_weights(self, model: Any) -> None:
@@ -296,3 +380,15 @@ class SGLangHTTPBackend:
       raise SGLangProtocolError(f"{self.base_url}{path}: expected a list of {n} answer items, got {got}")
     return items
 
+
+
+class _Deadline(Exception):
+  """A request's total deadline passed after the server had it."""
+
+
+def _socket_of(resp: requests.Response) -> Any:
+  """The socket under a streamed response (to bound each read by the time left), if reachable."""
+  fp = getattr(resp.raw, "_fp", None)
+  fp = getattr(fp, "fp", None)
+  raw = getattr(fp, "raw", None)
+  return getattr(raw, "_sock", None)
