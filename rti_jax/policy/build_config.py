@@ -268,7 +268,7 @@ def _load(schema: type[Schema], default_name: str, name_or_path: str | None, ove
   # values taken literally: an OmegaConf interpolation (``${oc.env:HOME}``) is not resolved
   overrides = [item.replace("${", "\\${") for item in overrides]
   try:
-    merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
+    merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path), OmegaConf.from_dotlist(overrides))
     cfg = OmegaConf.to_object(merged)
   except OmegaConfBaseException as e:
     key = getattr(e, "full_key", None) or "config"
@@ -281,13 +281,15 @@ def load_navigation(name_or_path: str | None = None, overrides: Sequence[str] = 
                     quick: bool = False) -> NavigationSFTConfig:
   """The validated config of a Navigation build: ``configs/sft_navigation.yaml`` (or another name
   under ``configs/`` or a YAML path), then the quick profile, then ``overrides`` (``key=value``)."""
-  cfg = _load(NavigationSFTConfig, "sft_navigation", name_or_path, [*(NAVIGATION_QUICK if quick else ()), *overrides])
-  return validate_navigation(cfg)
+  layers = [*(NAVIGATION_QUICK if quick else ()), *overrides]
+  return validate_navigation(_load(NavigationSFTConfig, "sft_navigation", name_or_path, layers))
 
 
-def load_telecom(name_or_path: str | None = None, overrides: Sequence[str] = (), quick: bool = False) -> TelecomSFTConfig:
+def load_telecom(name_or_path: str | None = None, overrides: Sequence[str] = (),
+                 quick: bool = False) -> TelecomSFTConfig:
   """The validated config of a Telecom build (``configs/sft_telecom.yaml``; as ``load_navigation``)."""
-  return validate_telecom(_load(TelecomSFTConfig, "sft_telecom", name_or_path, [*(TELECOM_QUICK if quick else ()), *overrides]))
+  layers = [*(TELECOM_QUICK if quick else ()), *overrides]
+  return validate_telecom(_load(TelecomSFTConfig, "sft_telecom", name_or_path, layers))
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -51,8 +51,8 @@ def load_lineage(path: str | pathlib.Path = LINEAGE_PATH) -> dict[str, Stage]:
     unknown = set(entry) - {f.name for f in dataclasses.fields(Stage)}
     if unknown:
       raise ValueError(f"{where}: unknown fields {sorted(unknown)}")
-    stage = Stage(name=str(name), builder=entry.get("builder"), path=entry.get("path"), shipped=bool(entry.get("shipped")),
-                  init=entry.get("init"), overrides=tuple(str(o) for o in entry.get("overrides") or ()),
+    stage = Stage(name=str(name), builder=entry.get("builder"), path=entry.get("path"),
+                  shipped=bool(entry.get("shipped")), init=entry.get("init"), overrides=tuple(str(o) for o in entry.get("overrides") or ()),
                   about=str(entry.get("about", "")))
     if stage.builder not in BUILDERS:
       raise ValueError(f"{where}.builder: expected one of {list(BUILDERS)}, got {stage.builder!r}")
