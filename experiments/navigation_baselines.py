@@ -22,8 +22,8 @@ Each baseline follows its paper (see ``rti_jax/objectives/baselines.py`` and ``r
   script from the default base policy with the decisive re-search trained on every
   disambiguation task (its card has the exact command)::
 
-      python experiments/run.py --exp=navigation_sft --init policies/navigation_base --check-line 1 \\
-          --complete-share 0 --resolve-share 1.0 --epochs 1 --warmup-epochs 0 --lr 1e-3 \\
+      python experiments/run.py --exp=navigation_sft init=policies/navigation_base data.check_line=true \\
+          data.complete_share=0 data.resolve_share=1.0 train.epochs=1 train.warmup_epochs=0 train.lr=1e-3 \\
           --policy-dir policies/navigation_teacher --out runs/navigation_teacher
 
   Without a teacher the OPD row is skipped (named in the table and in ``results.json``).
@@ -73,7 +73,7 @@ def baseline_variants(methods: Sequence[str], teacher: str | None) -> tuple[dict
   for m in methods:
     if m == "opd" and (not teacher or not (pathlib.Path(teacher) / "config.json").exists()):
       skipped[m] = (f"no teacher checkpoint at {teacher!r}; make one as policies/navigation_teacher/README.md "
-                    "says (navigation_sft --init policies/navigation_base --resolve-share 1.0 ...)")
+                    "says (navigation_sft init=policies/navigation_base data.resolve_share=1.0 ...)")
       continue
     variants[m] = per_method[m]
   return variants, skipped

@@ -125,7 +125,7 @@ def load_teacher(path: str | pathlib.Path, policy_tokenizer: Any, policy_vocab_s
   """The OPD teacher as an NNX model; it must share the policy's tokenizer.
 
   path: a local HF checkpoint dir with its tokenizer (e.g. ``policies/navigation_teacher``,
-  made by ``experiments/navigation_sft.py --resolve-share 1.0 --policy-dir ...``). Raises
+  made by ``navigation_sft`` with ``data.resolve_share=1.0``, e.g. ``policies/navigation_teacher``). Raises
   ValueError naming ``baselines.teacher_path`` when it is missing or its vocabulary differs.
   """
   from models import from_pretrained

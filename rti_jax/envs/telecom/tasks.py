@@ -135,7 +135,7 @@ def spread_by_issue(tasks: list[TelecomTask]) -> list[TelecomTask]:
   ``ISSUE_TYPES`` order. Any tail of the result then holds the issue types in about their overall
   shares. tau2's train split lists its tasks by issue type, so its last 10 in file order are all
   service tasks; the RL validation split (the trainer's last ``train.val_tasks``) and the base
-  policy's held-out tasks (``telecom_sft --holdout``) are the tail of this order instead
+  policy's held-out tasks (``telecom_sft``'s ``data.holdout``) are the tail of this order instead
   (``rl_train_split``)."""
   rank: dict[str, int] = {}
   counts = collections.Counter(t.issue_type for t in tasks)
@@ -150,7 +150,7 @@ def spread_by_issue(tasks: list[TelecomTask]) -> list[TelecomTask]:
 
 def rl_train_split() -> list[TelecomTask]:
   """tau2's 74 train tasks in the order the RL experiments read them (``spread_by_issue``): the
-  trainer's validation split is its last ``train.val_tasks`` and ``telecom_sft --holdout`` keeps the
+  trainer's validation split is its last ``train.val_tasks`` and ``telecom_sft``'s ``data.holdout`` keeps the
   same tail out of SFT, so both hold every issue type."""
   return spread_by_issue(load_split("train"))
 
