@@ -11,26 +11,22 @@ from __future__ import annotations
 
 import json
 import math
-import pathlib
 import shutil
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "experiments"))
-import decision_probe  # noqa: E402  (experiments/decision_probe.py)
-import delta_sweep  # noqa: E402  (experiments/delta_sweep.py)
-import navigation_ablation  # noqa: E402
-import navigation_baselines  # noqa: E402
-from models.chat import build_tiny_tokenizer  # noqa: E402
-from rti_jax.config import load_config  # noqa: E402
-from rti_jax.envs import navigation  # noqa: E402
-from rti_jax.intervention.judges import Correction, ValidatorJudgement, VerifierJudgement  # noqa: E402
-from rti_jax.intervention.pipeline import InterventionRoles  # noqa: E402
-from rti_jax.envs.source import TaskSource  # noqa: E402
-from rti_jax.trainer import Trainer  # noqa: E402
-from trainer_fixtures import WORDS, LengthRewardEnv, write_random_qwen  # noqa: E402
+from experiments import delta_sweep, navigation_ablation, navigation_baselines
+from experiments.diagnostics import decision_probe
+from models.chat import build_tiny_tokenizer
+from rti_jax.config import load_config
+from rti_jax.envs import navigation
+from rti_jax.envs.source import TaskSource
+from rti_jax.intervention.judges import Correction, ValidatorJudgement, VerifierJudgement
+from rti_jax.intervention.pipeline import InterventionRoles
+from rti_jax.trainer import Trainer
+from trainer_fixtures import WORDS, LengthRewardEnv, write_random_qwen
+
 
 def _random_qwen(path, vocab_size: int, seed: int, hidden: int = 32, layers: int = 1) -> str:
   return write_random_qwen(path, vocab_size, seed, hidden=hidden, layers=layers)
@@ -100,6 +96,7 @@ def _toy_run(policy: str, run_dir, *extra: str) -> list[dict]:
   return trainer.train()
 
 
+@pytest.mark.slow
 def test_delta_zero_trains_exactly_like_grpo(toy_policy, tmp_path):
   grpo = _toy_run(toy_policy, tmp_path / "grpo", "loss.method=grpo")
   zero = _toy_run(toy_policy, tmp_path / "zero", "loss.method=rti", "intervention.delta=0")
@@ -186,6 +183,7 @@ def ablation_out(nav_policies, tmp_path_factory):
   return out
 
 
+@pytest.mark.slow
 def test_ablation_quick_writes_table3(ablation_out):
   out = ablation_out
   res = _results(out)
@@ -201,6 +199,7 @@ def test_ablation_quick_writes_table3(ablation_out):
   assert "reused" not in runs
 
 
+@pytest.mark.slow
 def test_reuse_takes_equal_trainings_from_earlier_runs_and_checks_the_base(ablation_out, nav_policies, tmp_path):
   """The delta sweep's GRPO and delta = inf are the ablation's GRPO and w/o PPL Gating (same resolved config and
   seed): with ``--reuse`` they are taken from there; delta = 3 is trained. A reused run whose stored base
@@ -231,6 +230,7 @@ def test_reuse_takes_equal_trainings_from_earlier_runs_and_checks_the_base(ablat
                       *_tiny(nav_policies["policy"])])
 
 
+@pytest.mark.slow
 def test_delta_sweep_quick_writes_fig3_and_checks_delta0(nav_policies, tmp_path):
   out = tmp_path / "delta"
   argv = ["--quick", "--no-progress", "--out", str(out), "--deltas", "0", "inf", *_tiny(nav_policies["policy"])]
@@ -241,6 +241,7 @@ def test_delta_sweep_quick_writes_fig3_and_checks_delta0(nav_policies, tmp_path)
   assert (out / "fig3_delta_pass4.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_baselines_quick_prints_table1_rows_for_every_method(nav_policies, tmp_path, capsys):
   out = tmp_path / "baselines"
   argv = ["--quick", "--no-progress", "--out", str(out), "--teacher", nav_policies["teacher"],
@@ -257,6 +258,7 @@ def test_baselines_quick_prints_table1_rows_for_every_method(nav_policies, tmp_p
   assert list(variants) == ["grpo"] and "navigation_sft" in skipped["opd"]
 
 
+@pytest.mark.slow
 def test_decision_probe_quick_writes_its_figures(nav_policies, tmp_path, capsys):
   out = tmp_path / "probe"
   argv = ["--quick", "--no-progress", "--out", str(out), *_tiny(nav_policies["policy"]), "env.num_train=12",

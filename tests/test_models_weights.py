@@ -191,7 +191,6 @@ def test_indivisible_dims_fall_back_to_replicated():
 _MESH_SCRIPT = textwrap.dedent("""
   import os, sys
   os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-  sys.path[:0] = [{root!r}]
   import jax, numpy as np
   from jax.sharding import NamedSharding
   from flax import nnx
@@ -235,6 +234,7 @@ _MESH_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_shard_on_load_over_8_host_devices(tmp_path):
   """Qwen3 and Qwen3-MoE, in one subprocess: XLA_FLAGS must be set before jax is imported."""
   families = ["qwen3", "qwen3_moe"]
@@ -247,9 +247,9 @@ def test_shard_on_load_over_8_host_devices(tmp_path):
                                            max_new_tokens=6, temperature=0.0)
     np.savez(path / "batch.npz", ids=ids, mask=mask, logits=_flax_logits(plain, ids, mask),
              greedy=np.stack(greedy.tokens))
-  script = _MESH_SCRIPT.format(root=ROOT)
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-  res = subprocess.run([sys.executable, "-c", script] + [str(tmp_path / f) for f in families],
+  env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)  # `models` from this tree
+  res = subprocess.run([sys.executable, "-c", _MESH_SCRIPT] + [str(tmp_path / f) for f in families],
                        capture_output=True, text=True, env=env, timeout=300)
   assert res.returncode == 0, res.stderr[-3000:]
   for family in families:

@@ -28,12 +28,14 @@ HERE = pathlib.Path(__file__).resolve().parent
 @pytest.fixture(scope="module")
 def sharded_report() -> dict:
   env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p)  # this tree's rti_jax
   proc = subprocess.run([sys.executable, str(HERE / "_sharded_step_check.py"), "8x1x1", "2x2x2", "2x2x2-mb2"],
                         capture_output=True, text=True, env=env, cwd=HERE.parent, timeout=600)
   assert proc.returncode == 0, proc.stderr[-4000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mesh", ["8x1x1", "2x2x2", "2x2x2-mb2"])
 def test_sharded_step_equals_single_device_step(sharded_report: dict, mesh: str) -> None:
   got = sharded_report["meshes"][mesh]
@@ -45,6 +47,7 @@ def test_sharded_step_equals_single_device_step(sharded_report: dict, mesh: str)
   assert np.isfinite(got["losses"]).all()
 
 
+@pytest.mark.slow
 def test_sharded_step_really_shards_parameters(sharded_report: dict) -> None:
   specs = sharded_report["meshes"]["2x2x2"]["specs"]
   assert specs["['head']['kernel'].value"] == str(P("fsdp", "tensor"))
@@ -255,6 +258,7 @@ def test_micro_batches_must_divide_the_batch() -> None:
     ts.shard_batch(_batch())
 
 
+@pytest.mark.slow
 def test_shard_batch_rejects_indivisible_batch(sharded_report: dict) -> None:
   assert "divisible by the data-parallel degree 8 x micro_batches 1, got B=6" in sharded_report["indivisible_error"]
 

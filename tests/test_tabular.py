@@ -6,8 +6,6 @@ import dataclasses
 import itertools
 import json
 import math
-import pathlib
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +15,6 @@ import pytest
 from rti_jax import metrics
 from rti_jax.theory import tabular as TB
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 WORLD = TB.TabularWorld()
 
 
@@ -217,11 +214,7 @@ def test_bad_configuration_raises_named_errors():
 
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):
-  sys.path.insert(0, str(ROOT / "experiments"))
-  try:
-    import tabular as exp  # experiments/tabular.py
-  finally:
-    sys.path.pop(0)
+  from experiments import tabular as exp
   out = tmp_path_factory.mktemp("tabular")
   return exp, exp.run(exp.TabularConfig(), out), out
 

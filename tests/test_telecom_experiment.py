@@ -5,31 +5,29 @@ is random-ish, so only the plumbing and the files are checked)."""
 from __future__ import annotations
 
 import json
-import pathlib
-import sys
 
+import pytest
+
+from experiments import telecom, telecom_sft
 from rti_jax.envs.telecom.checklist_agent import ChecklistAgent
 from rti_jax.envs.telecom.tasks import rl_train_split
 from rti_jax.policy import telecom_sft_data as td
 from rti_jax.policy.sft_data import play, split_train
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "experiments"))
-import telecom  # noqa: E402  (experiments/telecom.py)
-import telecom_sft  # noqa: E402  (experiments/telecom_sft.py)
 
-
+@pytest.mark.slow
 def test_quick_build_then_quick_grpo_vs_rti(tmp_path):
   build = tmp_path / "build"
   policy = tmp_path / "policy"
-  assert telecom_sft.main(["--quick", "--out", str(build), "--policy-dir", str(policy), "--eval-tasks", "1"]) == 0
+  assert telecom_sft.main(["--quick", "--out", str(build), "--policy-dir", str(policy), "eval.tasks=1"]) == 0
   for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "build.json"):
     assert (policy / name).exists(), name
   metrics = json.loads((build / "metrics.json").read_text())
   # one "trusting" example (the D.1 mistake) per quick SFT task whose checklist episode reaches the phone
   sft_tasks = split_train(rl_train_split(), 10)[0][:12]
   decisive = sum(td.decisive_index(play(td.make_env(seed=r), ChecklistAgent(), t)) is not None
-                 for r in range(metrics["rounds"]) for t in sft_tasks)
-  assert 0 < decisive <= 12 * metrics["rounds"]
+                 for r in range(metrics["phrasings"]) for t in sft_tasks)
+  assert 0 < decisive <= 12 * metrics["phrasings"]
   assert metrics["data"]["kinds"]["trusting"] == decisive and metrics["system_prompt"]["condensed_tokens"] > 0
   assert set(metrics["eval"]["sampled"]["first_device_step"]) == {"mistake", "asked", "malformed", "none"}
   # 9 of the 10 held-out tasks reach the phone (one is a suspended line whose contract ended)

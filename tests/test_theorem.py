@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import pathlib
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +13,6 @@ import pytest
 
 from rti_jax.theory import theorem as T
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 P = np.array([0.9, 0.5, 0.3, 0.1])
 MU = 1.0
 SEEDS = 16  # one n_seeds everywhere: one compilation of the simulator for the whole file
@@ -191,11 +188,7 @@ def test_bad_arguments_raise_named_errors():
 
 
 def test_experiment_run_writes_json_and_pngs(tmp_path):
-  sys.path.insert(0, str(ROOT / "experiments"))
-  try:
-    import theorem as exp  # experiments/theorem.py
-  finally:
-    sys.path.pop(0)
+  from experiments import theorem as exp
   cfg = exp.TheoremConfig(iters=(100, 1000), lams=(0.0, 0.1), surcharge_lams=(0.0, 0.2), surcharge_eps_cals=(0.1,),
                           surcharge_iters=100, n_seeds=SEEDS, slope_from=100)
   res = exp.run(cfg, tmp_path)
