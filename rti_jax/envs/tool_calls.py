@@ -8,7 +8,9 @@ Qwen chat templates put each call in its own block::
 
 Several blocks in one assistant turn are parallel calls. Anything that cannot be
 parsed is reported in ``ParsedTurn.errors`` (never raised), so an environment can
-answer malformed model output with an error observation and count it.
+answer malformed model output with an error observation and count it: invalid JSON,
+JSON nested deeper than ``MAX_JSON_DEPTH`` levels, an integer literal longer than
+Python's int-string limit. Every step runs in time linear in the text's length.
 """
 
 from __future__ import annotations
@@ -19,7 +21,71 @@ import re
 from typing import Any
 
 _TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
-_THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL)
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+#: The deepest JSON nesting a tool call may have (a call needs 3: call, arguments, waypoints).
+MAX_JSON_DEPTH = 32
+# A JSON string literal (an unterminated one runs to the end) or a bracket, for counting depth.
+_JSON_LEXEME_RE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
+
+
+def strip_think(text: str) -> str:
+  """``text`` without its closed ``<think>...</think>`` blocks, each ended by the first
+  ``</think>`` after it (what ``re.sub("<think>.*?</think>", "", text, flags=re.DOTALL)``
+  gives, in linear time: that regex rescans to the end from every unclosed ``<think>``)."""
+  out: list[str] = []
+  pos = 0
+  while True:
+    start = text.find(_THINK_OPEN, pos)
+    if start < 0:
+      break
+    end = text.find(_THINK_CLOSE, start + len(_THINK_OPEN))
+    if end < 0:
+      break
+    out.append(text[pos:start])
+    pos = end + len(_THINK_CLOSE)
+  out.append(text[pos:])
+  return "".join(out)
+
+
+def json_nesting_exceeds(text: str, limit: int = MAX_JSON_DEPTH, start: int = 0) -> int | None:
+  """Where the JSON value at ``text[start:]`` first nests deeper than ``limit``, or None.
+
+  Brackets inside string literals do not count, and the scan ends where the first bracket
+  opened closes again, so a None means ``json`` cannot recurse deeper than ``limit`` when
+  decoding from ``start``. Linear in the length scanned (text with at most ``limit``
+  brackets needs no scan).
+  """
+  depth = 0
+  for m in _JSON_LEXEME_RE.finditer(text, start):
+    ch = text[m.start()]
+    if ch == "{" or ch == "[":
+      depth += 1
+      if depth > limit:
+        return m.start()
+    elif ch == "}" or ch == "]":
+      depth -= 1
+      if depth <= 0:
+        return None
+  return None
+
+
+def loads_json(text: str, what: str = "tool call") -> tuple[Any, str]:
+  """``(value, "")`` for a JSON document, else ``(None, message)``; never raises.
+
+  Rejected: invalid JSON, nesting deeper than ``MAX_JSON_DEPTH``, an integer literal over
+  Python's int-string limit (``ValueError``), anything that still exhausts the stack.
+  """
+  if text.count("{") + text.count("[") > MAX_JSON_DEPTH and json_nesting_exceeds(text) is not None:
+    return None, f"{what} is nested deeper than {MAX_JSON_DEPTH} levels: {text[:200]!r}"
+  try:
+    return json.loads(text), ""
+  except json.JSONDecodeError as e:
+    return None, f"{what} is not valid JSON ({e.msg} at char {e.pos}): {text[:200]!r}"
+  except ValueError:  # int("9" * 5000): past sys.get_int_max_str_digits()
+    return None, f"{what} is not valid JSON (an integer literal is too long): {text[:200]!r}"
+  except RecursionError:
+    return None, f"{what} is nested too deeply: {text[:200]!r}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +120,7 @@ class ParsedTurn:
 
 def parse_assistant_turn(text: str) -> ParsedTurn:
   """Splits ``text`` into tool calls, visible content and parse errors."""
-  visible = _THINK_RE.sub("", text)
+  visible = strip_think(text)
   # An unterminated <think> hides everything after it.
   if "<think>" in visible:
     visible = visible.split("<think>", 1)[0]
@@ -74,10 +140,9 @@ def parse_assistant_turn(text: str) -> ParsedTurn:
 def _parse_call_body(body: str) -> tuple[ToolCall | None, str]:
   if not body:
     return None, "empty <tool_call> block"
-  try:
-    obj = json.loads(body)
-  except json.JSONDecodeError as e:
-    return None, f"tool call is not valid JSON ({e.msg} at char {e.pos}): {body[:200]!r}"
+  obj, error = loads_json(body)
+  if error:
+    return None, error
   if not isinstance(obj, dict):
     return None, f"tool call must be a JSON object, got {type(obj).__name__}"
   name = obj.get("name")
@@ -85,10 +150,10 @@ def _parse_call_body(body: str) -> tuple[ToolCall | None, str]:
     return None, "tool call is missing a string 'name'"
   args = obj.get("arguments", {})
   if isinstance(args, str):  # Some models emit arguments as a JSON string.
-    try:
-      args = json.loads(args) if args.strip() else {}
-    except json.JSONDecodeError:
+    decoded, error = loads_json(args) if args.strip() else ({}, "")
+    if error:
       return None, f"arguments of {name!r} are a string that is not JSON: {args[:200]!r}"
+    args = decoded
   if not isinstance(args, dict):
     return None, f"arguments of {name!r} must be a JSON object, got {type(args).__name__}"
   return ToolCall(name=name, arguments=args), ""
