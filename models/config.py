@@ -204,9 +204,15 @@ class QwenConfig:
       "head_dim": self.head_dim,
       "rms_norm_eps": self.rms_norm_eps,
       "rope_parameters": rope,
+      # transformers 4.x (what SGLang and vLLM releases pin) reads these instead of rope_parameters
+      # and dtype: without them it would use rope_theta 10000 and no dtype.
+      "rope_theta": self.rope_theta,
+      "rope_scaling": {"type": "linear", "rope_type": "linear", "factor": self.rope_factor}
+                      if self.rope_type == "linear" else None,
       "tie_word_embeddings": self.tie_word_embeddings,
       "max_position_embeddings": self.max_position_embeddings,
       "dtype": self.dtype,
+      "torch_dtype": self.dtype,
       "hidden_act": "silu",
     })
     if self.model_type in ("qwen3", "qwen3_moe"):

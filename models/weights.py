@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import json
 import os
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -326,13 +326,58 @@ def _parse_size(size: int | str) -> int:
   return int(s)
 
 
+def write_generation_config(path: str | os.PathLike, hf_config: dict[str, Any],
+                            eos_token_ids: Sequence[int] | None = None) -> None:
+  """``generation_config.json``: the ids a server stops on (``eos_token_ids`` first, then the
+  config's ``eos_token_id``), and the config's bos / pad ids when it has them."""
+  eos: list[int] = [int(t) for t in (eos_token_ids or ())]
+  cfg_eos = hf_config.get("eos_token_id")
+  for t in (cfg_eos if isinstance(cfg_eos, list) else [cfg_eos]):
+    if isinstance(t, int) and not isinstance(t, bool) and t not in eos:
+      eos.append(t)
+  gen: dict[str, Any] = {"_from_model_config": False}
+  if eos:
+    gen["eos_token_id"] = eos if len(eos) > 1 else eos[0]
+  for key in ("bos_token_id", "pad_token_id"):
+    if isinstance(hf_config.get(key), int):
+      gen[key] = hf_config[key]
+  with open(os.path.join(os.fspath(path), "generation_config.json"), "w") as f:
+    json.dump(gen, f, indent=2, sort_keys=True)
+
+
+#: tokenizer classes transformers 5 writes that 4.x does not know -> the 4.x class with the same files
+_PORTABLE_TOKENIZER_CLASSES = {"TokenizersBackend": "PreTrainedTokenizerFast"}
+
+
+def save_tokenizer(tokenizer: Any, path: str | os.PathLike) -> None:
+  """``tokenizer.save_pretrained(path)`` in a form transformers 4.x loads too: a transformers-5
+  class name in ``tokenizer_config.json`` (``TokenizersBackend``) becomes the 4.x name of the same
+  fast tokenizer (``PreTrainedTokenizerFast``), which 5.x also reads."""
+  tokenizer.save_pretrained(os.fspath(path))
+  cfg_path = os.path.join(os.fspath(path), "tokenizer_config.json")
+  if not os.path.isfile(cfg_path):
+    return
+  with open(cfg_path) as f:
+    cfg = json.load(f)
+  cls = cfg.get("tokenizer_class")
+  if cls in _PORTABLE_TOKENIZER_CLASSES:
+    cfg["tokenizer_class"] = _PORTABLE_TOKENIZER_CLASSES[cls]
+    with open(cfg_path, "w") as f:
+      json.dump(cfg, f, indent=2, ensure_ascii=False)
+
+
 def save_pretrained(model: Qwen, config: QwenConfig, path: str | os.PathLike, *,
-                    dtype: str | None = None, max_shard_size: int | str = "5GB") -> None:
+                    dtype: str | None = None, max_shard_size: int | str = "5GB",
+                    eos_token_ids: Sequence[int] | None = None) -> None:
   """Writes HF safetensors + config.json that ``AutoModelForCausalLM.from_pretrained`` loads.
 
   dtype: on-disk dtype ("float32", "bfloat16", "float16"); default: the model's parameter
     dtype. Checkpoints larger than ``max_shard_size`` are split, with
     ``model.safetensors.index.json``. Tied embeddings write no ``lm_head.weight``.
+  eos_token_ids: the ids generation stops on, written to ``generation_config.json`` (with the
+    config's own ``eos_token_id``). ``config.json`` carries both the transformers-5 fields
+    (``rope_parameters``, ``dtype``) and the 4.x ones (``rope_theta``, ``rope_scaling``,
+    ``torch_dtype``), so either version loads it with the same rope and dtype.
   """
   path = os.fspath(path)
   os.makedirs(path, exist_ok=True)
@@ -357,9 +402,10 @@ def save_pretrained(model: Qwen, config: QwenConfig, path: str | os.PathLike, *,
     shard_bytes += arr.nbytes
   dtype_name = {np.dtype(v): k for k, v in _DTYPES.items()}[np.dtype(out_dtype)]
   hf_config = config.to_hf_dict()
-  hf_config["dtype"] = dtype_name
+  hf_config["dtype"] = hf_config["torch_dtype"] = dtype_name
   with open(os.path.join(path, "config.json"), "w") as f:
     json.dump(hf_config, f, indent=2, sort_keys=True)
+  write_generation_config(path, hf_config, eos_token_ids)
   meta = {"format": "pt"}
   if len(shards) == 1:
     save_file(shards[0], os.path.join(path, "model.safetensors"), metadata=meta)

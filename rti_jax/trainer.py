@@ -389,12 +389,15 @@ class Trainer:
     return reporting.read_jsonl(self.metrics_path) if self.metrics_path.exists() else []
 
   def export(self, path: str | pathlib.Path) -> None:
-    """Writes the current policy as an HF checkpoint (with the tokenizer) for transformers / SGLang / vLLM,
-    in the dtype of the checkpoint it started from (fp32 master weights are rounded to it)."""
-    from models import save_pretrained
+    """Writes the current policy as an HF checkpoint (with the tokenizer and a generation config that
+    stops on the end-of-turn id) for transformers / SGLang / vLLM, in the dtype of the checkpoint it
+    started from (fp32 master weights are rounded to it)."""
+    from models import save_pretrained, save_tokenizer
 
-    save_pretrained(self.policy(), self.model_config, str(path), dtype=self.model_config.dtype)
-    self.tokenizer.save_pretrained(str(path))
+    stops = [self.formatter.end_of_turn_id, self.tokenizer.eos_token_id]
+    save_pretrained(self.policy(), self.model_config, str(path), dtype=self.model_config.dtype,
+                    eos_token_ids=[int(t) for t in dict.fromkeys(stops) if t is not None])
+    save_tokenizer(self.tokenizer, path)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef",))
