@@ -183,14 +183,23 @@ def around(world: World, lon: float, lat: float, radius_m: float, keyword: str =
 
 
 def _as_radius(value: Any) -> int | None:
+  """A JSON integer (not a bool), an integral float or a string of ASCII digits; else None.
+
+  ``str.isdigit`` alone would accept "²" (which ``int`` rejects) and "٣" (which it reads
+  as 3). A digit string too long to be in range is None rather than a huge ``int``
+  (past Python's int-string limit ``int`` raises).
+  """
   if isinstance(value, bool):
     return None
   if isinstance(value, int):
     return value
   if isinstance(value, float) and value.is_integer():
     return int(value)
-  if isinstance(value, str) and value.strip().isdigit():
-    return int(value.strip())
+  if isinstance(value, str):
+    digits = value.strip()
+    if digits.isascii() and digits.isdigit():
+      significant = digits.lstrip("0") or "0"
+      return int(significant) if len(significant) <= len(str(MAX_RADIUS_M)) else None
   return None
 
 
@@ -228,7 +237,7 @@ def _as_waypoints(value: Any) -> list[Any] | None:
 def direction(world: World, args: dict[str, Any]) -> ToolOutput:
   """A route summary computed from the coordinates (straight legs times a road factor).
 
-  A stop is ``"lon,lat"`` or a labelled ``"Name lon,lat"`` (``world.LABELLED_STOP``); the label is
+  A stop is ``"lon,lat"`` or a labelled ``"Name lon,lat"`` (``world.without_label``); the label is
   ignored here and by the reward.
   """
   for role in ("origin", "destination"):
@@ -237,7 +246,7 @@ def direction(world: World, args: dict[str, Any]) -> ToolOutput:
   mode = args.get("mode", DEFAULT_MODE)
   if mode is None:
     mode = DEFAULT_MODE
-  if mode not in MODE_PROFILE:
+  if not isinstance(mode, str) or mode not in MODE_PROFILE:  # a list or dict is not hashable
     return _error(f"mode of direction must be one of {', '.join(words.MODES)}, got {_show(mode)}")
   waypoints = _as_waypoints(args.get("waypoints"))
   if waypoints is None:
