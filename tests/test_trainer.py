@@ -21,6 +21,9 @@ from rti_jax.shapes import UPDATE_BUCKETS, bucket_length
 from rti_jax.trainer import TIMING_KEYS, Trainer, resolve_mesh_shape
 from trainer_fixtures import WORDS, LengthRewardEnv, write_random_qwen
 
+LR = 0.01  # the toy runs' learning rate
+
+
 class ParityEnv(LengthRewardEnv):
   """One turn; reward 1 iff the reply has an even number of characters."""
 
@@ -43,7 +46,7 @@ def _cfg(policy_dir, *extra):
   return load_config("navigation", [
       f"policy.path={policy_dir}", "loss.method=grpo", "rollout.tasks_per_iter=2", "rollout.group_size=4",
       "rollout.max_new_tokens=6", "rollout.max_context=128", "train.iterations=3", "train.checkpoint_every=1",
-      "optim.lr=0.01", "train.eval_every=100", "train.val_tasks=0", *extra])
+      f"optim.lr={LR}", "train.eval_every=100", "train.val_tasks=0", *extra])
 
 
 def _strip(records):
@@ -146,20 +149,24 @@ def test_length_chunked_update_equals_the_single_batch_update(policy_dir, tmp_pa
       tr = Trainer(_cfg(policy_dir, "train.iterations=2", f"optim.length_chunks={n}", f"loss.beta={beta}"),
                    tmp_path / f"c{n}b{beta}", source=_toy_source(), progress=False)
       runs[beta, n] = (tr.train(), jax.tree.leaves(tr.state.params))
-  (r1, p1), (r4, p4) = runs[0.0, 1], runs[0.0, 4]
-  for a, b in zip(r1, r4):
-    for key in ("loss", "grad_norm", "clip_frac", "approx_kl_k3", "num_tokens"):
-      assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
-  for x, y in zip(p1, p4):
-    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-6)
-  # With the KL term: the same metrics at both iterations (the second one has a non-zero KL).
-  # Parameters are not compared: at lr 0.01, Adam's normalised steps on near-zero gradient entries
-  # turn float summation-order differences into 1e-6-sized parameter differences.
+  # The loss and the gradient norm are sums in a different order: equal up to fp32 rounding.
+  (r1, _), (r4, _) = runs[0.0, 1], runs[0.0, 4]
   (k1, _), (k4, _) = runs[0.1, 1], runs[0.1, 4]
   assert k1[1]["loss"] != pytest.approx(r1[1]["loss"], rel=1e-6)  # the KL term is really in the loss
-  for a, b in zip(k1, k4):
-    for key in ("loss", "grad_norm", "clip_frac", "approx_kl_k3", "num_tokens"):
-      assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+  for beta in (0.0, 0.1):
+    for a, b in zip(runs[beta, 1][0], runs[beta, 4][0]):
+      for key in ("loss", "grad_norm", "clip_frac", "approx_kl_k3", "num_tokens"):
+        assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (beta, key)
+  # Parameters: both runs start from the same weights, so their difference is the difference of the
+  # two updates. Adam normalises each element's step to at most about lr per iteration, so equal
+  # gradients up to summation order give updates equal up to a small fraction of lr; an element
+  # whose gradient is near Adam's epsilon turns the rounding into a larger share of its step, so
+  # one element may differ by up to a tenth of a step, the mean by far less. (A relative tolerance
+  # on the raw parameters does not hold: a 0.01 parameter can move by 2e-4 of itself.)
+  for beta in (0.0, 0.1):
+    diff = np.concatenate([np.abs(np.asarray(x) - np.asarray(y)).ravel()
+                           for x, y in zip(runs[beta, 1][1], runs[beta, 4][1])])
+    assert diff.max() <= 0.1 * LR and diff.mean() <= 1e-4 * LR, (beta, diff.max() / LR, diff.mean() / LR)
   # 3 does not divide the 8 rows: the largest count below it that does (2) is used
   r3 = Trainer(_cfg(policy_dir, "train.iterations=1", "optim.length_chunks=3", "loss.beta=0"), tmp_path / "c3",
                source=_toy_source(), progress=False).train()
