@@ -122,7 +122,8 @@ def _handler(state: FakeSGLang) -> type[BaseHTTPRequestHandler]:
         path = body["model_path"]
         ok = state.reload_ok and state.reload_fn(path)
         state.reloaded.append(path)
-        self._send(200, {"success": ok, "message": "loaded" if ok else "no checkpoint"})
+        # the real server answers a failed reload with HTTP 400
+        self._send(200 if ok else 400, {"success": ok, "message": "loaded" if ok else "no checkpoint"})
       else:
         self._send(404, {"error": "no route"})
 
@@ -187,9 +188,15 @@ def test_health_and_weight_sync(server, tmp_path):
       np.save(os.path.join(path, "weights.npy"), np.arange(3))
 
   client.sync_weights(Model())
-  assert state.reloaded == [str(tmp_path / "w")]
+  assert state.reloaded == [str(tmp_path / "w" / "policy")]
+  (tmp_path / "w" / "policy" / "stale.bin").write_bytes(b"old shard")
+  (tmp_path / "w" / "mine.txt").write_text("a file of the user's")
+  client.sync_weights(Model())  # the same directory again, the previous checkpoint replaced
+  assert state.reloaded == [str(tmp_path / "w" / "policy")] * 2
+  assert sorted(os.listdir(tmp_path / "w" / "policy")) == ["weights.npy"]
+  assert (tmp_path / "w" / "mine.txt").exists()
   state.reload_ok = False
-  with pytest.raises(SGLangProtocolError, match="update_weights_from_disk"):
+  with pytest.raises(SGLangProtocolError, match="update_weights_from_disk: reload of .* failed.*HTTP 400"):
     client.sync_weights(Model())
   with pytest.raises(TypeError, match="save_pretrained"):
     client.sync_weights(object())
@@ -273,7 +280,7 @@ def test_http_backend_over_the_jax_backend():
     with tempfile.TemporaryDirectory() as d:
       sync_client = _client(client.base_url, weights_dir=d, save_fn=qwen_save_fn)
       sync_client.sync_weights(new_model)
-      assert sorted(os.listdir(d)) == ["config.json", "model.safetensors"]
+      assert sorted(os.listdir(os.path.join(d, "policy"))) == ["config.json", "generation_config.json", "model.safetensors"]
     after = client.score(prompts, [c.token_ids.tolist() for c in got])
     expected = reference.score(prompts, [c.token_ids.tolist() for c in got])
     for a, e, before in zip(after, expected, scored):
@@ -352,3 +359,21 @@ def test_every_answer_field_is_checked_before_it_reaches_a_batch(server, mutate,
   state.mutate = mutate
   with pytest.raises(SGLangProtocolError, match=field):
     _client(url).generate([[1, 2]], SamplingParams(max_new_tokens=4), seed=0)
+
+
+def test_weight_syncs_reuse_one_directory_of_their_own_and_close_removes_it(server):
+  state, url = server
+  client = _client(url)
+
+  class Model:
+    def save_pretrained(self, path: str) -> None:
+      np.save(os.path.join(path, "weights.npy"), np.arange(3))
+
+  for _ in range(3):
+    client.sync_weights(Model())
+  assert len(set(state.reloaded)) == 1
+  root = os.path.dirname(state.reloaded[0])
+  if os.access("/dev/shm", os.W_OK):
+    assert root.startswith("/dev/shm/")
+  client.close()
+  assert not os.path.exists(root)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import tempfile
 import time
 from typing import Any, Callable, Sequence
@@ -163,7 +164,8 @@ class SGLangHTTPBackend:
   max_retries / backoff_s / max_backoff_s: bounded retries on connection errors and 5xx / 429
     answers, sleeping ``min(backoff_s * 2**(attempt-1), max_backoff_s)`` (a ``Retry-After``
     header is honoured only up to ``max_backoff_s``); a POST that timed out is not re-sent.
-  weights_dir: where ``sync_weights`` writes the policy (a temp dir by default).
+  weights_dir: where ``sync_weights`` writes the policy (default: one directory made on first use,
+    in ``/dev/shm`` where possible, reused by every sync and removed by ``close``).
   save_fn: ``save_fn(model, path)`` writes an HF checkpoint; default
     ``model.save_pretrained(path)``.
   """
@@ -195,6 +197,7 @@ class SGLangHTTPBackend:
     self.backoff_s = backoff_s
     self.max_backoff_s = max_backoff_s
     self.weights_dir = weights_dir
+    self._own_weights_dir: str | None = None
     self.save_fn = save_fn
     self.send_seed = send_seed
     self.session = requests.Session()
@@ -356,15 +359,49 @@ class SGLangHTTPBackend:
     return [o for o in out]  # type: ignore[misc]
 
   def sync_weights(self, model: Any) -> None:
-    """Writes ``model`` with ``save_fn`` and asks the server to reload it from disk."""
-    path = self.weights_dir or tempfile.mkdtemp(prefix="rti_sglang_weights_")
-    os.makedirs(path, exist_ok=True)
+    """Writes ``model`` with ``save_fn`` into the one weights directory and asks the server to reload it.
+
+    The checkpoint goes to ``policy/`` inside ``weights_dir``, or inside a directory made on first
+    use (under ``/dev/shm`` where it is writable: the checkpoint never touches the disk), reused by
+    every later sync; the previous checkpoint there is removed before each write, so syncs never
+    pile up. ``close()`` removes a
+    directory the backend made.
+    """
+    path = self._weights_path()
+    for entry in os.listdir(path):  # the previous sync's files: a shard count may change
+      full = os.path.join(path, entry)
+      shutil.rmtree(full) if os.path.isdir(full) else os.remove(full)
     self.save_fn(model, path)
     self.update_weights_from_disk(path)
 
+  def _weights_path(self) -> str:
+    """``<weights_dir or a directory of its own>/policy``: only this subdirectory is ever cleared."""
+    if self.weights_dir is not None:
+      root = self.weights_dir
+    else:
+      if self._own_weights_dir is None:
+        shm = "/dev/shm"
+        base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+        self._own_weights_dir = tempfile.mkdtemp(prefix="rti_sglang_weights_", dir=base)
+      root = self._own_weights_dir
+    path = os.path.join(root, "policy")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+  def close(self) -> None:
+    """Closes the HTTP session and removes the weights directory the backend made (if any)."""
+    self.session.close()
+    if self._own_weights_dir is not None:
+      shutil.rmtree(self._own_weights_dir, ignore_errors=True)
+      self._own_weights_dir = None
+
   def update_weights_from_disk(self, model_path: str) -> None:
-    """``POST /update_weights_from_disk``; raises ``SGLangProtocolError`` unless ``success``."""
-    ans = self._post_json("/update_weights_from_disk", {"model_path": model_path})
+    """``POST /update_weights_from_disk``; raises ``SGLangProtocolError`` unless ``success`` (a real
+    server answers a failed reload with HTTP 400 and ``{"success": false, "message": ...}``)."""
+    try:
+      ans = self._post_json("/update_weights_from_disk", {"model_path": model_path})
+    except SGLangProtocolError as e:
+      raise SGLangProtocolError(f"{self.base_url}/update_weights_from_disk: reload of {model_path!r} failed: {e}") from None
     if not isinstance(ans, dict) or ans.get("success") is not True:
       raise SGLangProtocolError(
         f"{self.base_url}/update_weights_from_disk: reload of {model_path!r} failed: {ans!r}"
