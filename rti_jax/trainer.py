@@ -120,6 +120,8 @@ class Trainer:
 
       self.backend = SGLangHTTPBackend(cfg.rollout.sglang_url, weights_dir=cfg.rollout.weights_dir, save_fn=qwen_save_fn)
       self.backend.sync_weights(self.model)
+      # The loss needs temperature-1 behaviour log-probs: refuse a server that reports scaled ones.
+      self.backend.check_behaviour_logprobs(self.formatter.prompt_ids([{"role": "user", "content": "Hello."}]))
     else:
       self.backend = JaxBackend(self.model, max_cache_len=cfg.rollout.max_context, pad_id=self.pad_id,
                                 prefix_cache_bytes=cfg.rollout.prefix_cache_mb << 20)

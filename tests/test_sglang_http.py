@@ -37,6 +37,9 @@ class FakeSGLang:
     self.sleep_s = 0.0  # wait this long before answering a POST
     self.drip_s = 0.0  # send the body one byte per drip_s seconds
     self.mutate: Any = None  # items -> items, applied to /generate answers
+    # A stock SGLang server reports log-probs after temperature scaling; with
+    # SGLANG_RETURN_ORIGINAL_LOGPROB=1 it reports the temperature-1 ones (``original_logprobs``).
+    self.original_logprobs = False
 
   def generate(self, body: dict[str, Any]) -> list[dict[str, Any]]:
     ids = body["input_ids"]
@@ -65,7 +68,11 @@ class FakeSGLang:
         stop_token_ids=tuple(sp.get("stop_token_ids", ())),
       )
       c = self.backend.generate([p], params, sp.get("sampling_seed", 0))[0]
-      meta["output_token_logprobs"] = [[float(lp), int(t), None] for lp, t in zip(c.logprobs, c.token_ids)]
+      lps = c.logprobs
+      if not self.original_logprobs and params.temperature not in (0.0, 1.0) and hasattr(self.backend, "_logp"):
+        prev = [int(p[-1]), *[int(t) for t in c.token_ids[:-1]]]
+        lps = [self.backend._logp(a, params.temperature)[int(t)] for a, t in zip(prev, c.token_ids)]
+      meta["output_token_logprobs"] = [[float(lp), int(t), None] for lp, t in zip(lps, c.token_ids)]
       meta["finish_reason"] = {"type": c.finish_reason}
       if self.malformed:
         meta["output_token_logprobs"] = "oops"
@@ -150,6 +157,7 @@ def _client(url: str, **kw: Any) -> SGLangHTTPBackend:
 
 def test_generate_matches_the_served_backend(server):
   state, url = server
+  state.original_logprobs = True  # a server started with SGLANG_RETURN_ORIGINAL_LOGPROB=1
   client = _client(url, send_seed=True)
   prompts = [[1, 2, 3], [5, 9], [7]]
   params = SamplingParams(max_new_tokens=12, temperature=0.9, stop_token_ids=(4,))
@@ -165,6 +173,12 @@ def test_generate_matches_the_served_backend(server):
   W = state.backend.W
   manual = [W[seq[j - 1]][seq[j]] - np.log(np.exp(W[seq[j - 1]]).sum()) for j in range(len(prompts[0]), len(seq))]
   np.testing.assert_allclose(c0.logprobs, manual, atol=1e-5)
+  # A stock server reports the temperature-0.9 log-probs of the same tokens instead.
+  state.original_logprobs = False
+  scaled = client.generate(prompts[:1], params, seed=11)[0]
+  np.testing.assert_array_equal(scaled.token_ids, c0.token_ids)
+  want = [(W[seq[j - 1]] / 0.9)[seq[j]] - np.log(np.exp(W[seq[j - 1]] / 0.9).sum()) for j in range(3, len(seq))]
+  np.testing.assert_allclose(scaled.logprobs, want, atol=1e-5)
 
 
 def test_score_matches_teacher_forcing(server):
@@ -377,3 +391,16 @@ def test_weight_syncs_reuse_one_directory_of_their_own_and_close_removes_it(serv
     assert root.startswith("/dev/shm/")
   client.close()
   assert not os.path.exists(root)
+
+
+def test_the_log_prob_probe_refuses_a_server_that_scales_by_temperature(server):
+  """A stock server (temperature-scaled log-probs) is refused; started with
+  SGLANG_RETURN_ORIGINAL_LOGPROB=1 it passes, its log-probs equal the temperature-1 scores."""
+  state, url = server
+  client = _client(url, send_seed=True)
+  with pytest.raises(SGLangProtocolError, match="SGLANG_RETURN_ORIGINAL_LOGPROB=1"):
+    client.check_behaviour_logprobs([1, 2, 3])
+  state.original_logprobs = True
+  assert client.check_behaviour_logprobs([1, 2, 3]) < 1e-5
+  with pytest.raises(ValueError, match="temperature"):
+    client.check_behaviour_logprobs([1], temperature=1.0)

@@ -358,6 +358,32 @@ class SGLangHTTPBackend:
                              for j, t in enumerate(tail)], dtype=np.float32)
     return [o for o in out]  # type: ignore[misc]
 
+  def check_behaviour_logprobs(self, prompt: Sequence[int], *, temperature: float = 2.0, tokens: int = 16,
+                               atol: float = 0.05, seed: int = 0) -> float:
+    """Checks that ``/generate`` reports the policy's temperature-1 log-probs, which the loss uses as
+    the behaviour log-probs; returns the mean absolute difference.
+
+    Samples ``tokens`` tokens at ``temperature`` (far from 1, so that temperature-scaled values
+    differ clearly), scores the same tokens with ``score`` (a prefill at temperature 1) and raises
+    ``SGLangProtocolError`` if the two disagree by more than ``atol`` nats on average. A stock
+    server reports log-probs after temperature scaling; start it with
+    ``SGLANG_RETURN_ORIGINAL_LOGPROB=1`` in its environment.
+    """
+    if temperature == 1.0:
+      raise ValueError("temperature: the probe needs a temperature other than 1")
+    out = self.generate([list(prompt)], SamplingParams(max_new_tokens=tokens, temperature=temperature), seed)[0]
+    if len(out.token_ids) == 0:
+      raise SGLangProtocolError(f"{self.base_url}/generate: the log-prob probe generated no tokens")
+    ref = self.score([list(prompt)], [out.token_ids.tolist()])[0]
+    diff = float(np.mean(np.abs(out.logprobs - ref)))
+    if not diff <= atol:
+      raise SGLangProtocolError(
+        f"{self.base_url}/generate reports log-probs that differ from the temperature-1 scores of the same "
+        f"tokens by {diff:.3f} nats on average (at temperature {temperature:g}): the server returns "
+        f"temperature-scaled log-probs. Start it with SGLANG_RETURN_ORIGINAL_LOGPROB=1 so the importance "
+        f"ratios use the behaviour policy's log-probs.")
+    return diff
+
   def sync_weights(self, model: Any) -> None:
     """Writes ``model`` with ``save_fn`` into the one weights directory and asks the server to reload it.
 
