@@ -155,3 +155,94 @@ def test_labelled_stop_is_linear():
   # The regex took about 13 s on this 2,000-character argument.
   assert_linear(without_label, lambda n: "a" * (n // 2) + " " * (n // 2))
   assert_linear(parse_location, lambda n: "a" * (n // 3) + " " * (n // 3) + "1" * (n // 3))
+
+
+# --- judge parsers ---------------------------------------------------------------------------------
+
+from rti_jax.intervention import judges  # noqa: E402
+
+_JUDGE_PARSERS = (judges.parse_json_object, judges.parse_validator, judges.parse_corrector, judges.parse_verifier)
+
+
+def _old_parse_json_object(text: str):
+  """The parser before the linear rewrite (exhaustive raw_decode from every "{")."""
+  body = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL)
+  if "<think>" in body and "</think>" not in body:
+    body = body.split("<think>", 1)[0] or body.split("<think>", 1)[1]
+  candidates = [m.group(1) for m in re.finditer(r"```(?:json|JSON)?\s*(.*?)```", body, re.DOTALL)] + [body]
+  decoder = json.JSONDecoder()
+  for cand in candidates:
+    for variant in (cand, judges._pythonish_to_json(cand)):
+      for start in (i for i, ch in enumerate(variant) if ch == "{"):
+        try:
+          obj, _ = decoder.raw_decode(variant, start)
+        except json.JSONDecodeError:
+          continue
+        if isinstance(obj, dict):
+          return obj
+  return None
+
+
+_JSONISH = st.lists(st.sampled_from(['{', '}', '"', ':', ',', '[', ']', ' ', '\n', 'a', '1', 'True', '\\', '{"ok": true}',
+                                     '"is_valid"', '```json', '```', '<think>', '</think>', '{"a": {"b": 1} x', 'None']),
+                    max_size=14).map("".join)
+
+
+@given(_JSONISH)
+@settings(max_examples=150, deadline=None)
+def test_parse_json_object_finds_the_same_object_as_before(text):
+  assert judges.parse_json_object(text) == _old_parse_json_object(text)
+
+
+ADVERSARIAL = [
+  "{" * 20_000, '{"a":' * 4_000, "[" * 20_000, '{"a": ' + "9" * 5_000 + "}", "<think>" * 3_000, "```" * 3_000,
+  '{"a' * 5_000, '"' * 10_000, "{\n" * 10_000, "True " * 4_000, '{"tool_calls": [{"name": "x", "arguments": "' +
+  "[" * 5_000 + '"}]}', '{"is_valid": false, "diagnosis": ' + "[" * 40 + "]" * 40 + "}", "\x00\ud800\uffff" * 100,
+]
+
+
+@pytest.mark.parametrize("parse", _JUDGE_PARSERS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("text", ADVERSARIAL, ids=_short)
+def test_judge_parsers_never_raise(parse, text):
+  parse(text)
+
+
+@given(st.text(max_size=300) | _JSONISH)
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_judge_parsers_never_raise_on_any_text(text):
+  for parse in _JUDGE_PARSERS:
+    parse(text)
+
+
+def test_judge_parsers_default_on_malformed_json():
+  deep = '{"is_valid": false, "diagnosis": ' + "[" * 40 + "]" * 40 + "}"
+  assert judges.parse_json_object(deep) is None
+  assert judges.parse_validator(deep).malformed and judges.parse_validator(deep).is_valid
+  assert judges.parse_verifier('{"ok": true, "reasons": ' + "[" * 40 + "]" * 40 + "}").malformed
+  assert judges.parse_corrector('{"tool_calls": [{"name": "x", "arguments": "' + "[" * 50 + '"}]}') is None
+  assert judges.parse_json_object('{"ok": true, "n": ' + "9" * 5_000 + "}") == {"ok": True, "n": float("inf")}
+  # A valid object after failed starts is still found.
+  assert judges.parse_json_object('{"a": ' * 20 + '{"ok": true}') == {"ok": True}
+  assert judges.parse_json_object("{y} " * 2_000 + '{"ok": true}') == {"ok": True}
+  assert judges.parse_json_object('{"a' * 2_000 + ' {"ok": true}') == {"ok": True}
+  assert judges.parse_json_object('{"a":' * 4_000 + ' {"ok": true}') == {"ok": True}
+  assert judges.parse_verifier("x " * 100 + '{"ok": true, "reasons": []}').ok
+
+
+_JUDGE_INPUTS = {
+  "open_braces": lambda n: "{" * n,
+  "open_keys": lambda n: ('{"a":' * (n // 5 + 1))[:n],
+  "open_strings": lambda n: ('{"a' * (n // 3 + 1))[:n],
+  "brackets": lambda n: "[" * n,
+  "newline_braces": lambda n: "{\n" * (n // 2),
+  "thinks": lambda n: ("<think>" * (n // 7 + 1))[:n],
+  "fences": lambda n: "```" * (n // 3),
+  "quotes": lambda n: '"' * n,
+  "digits": lambda n: '{"a": ' + "1" * n,
+}
+
+
+@pytest.mark.parametrize("parse", _JUDGE_PARSERS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("make", _JUDGE_INPUTS.values(), ids=_JUDGE_INPUTS.keys())
+def test_judge_parsers_are_linear(parse, make):
+  assert_linear(parse, make)

@@ -70,6 +70,31 @@ def json_nesting_exceeds(text: str, limit: int = MAX_JSON_DEPTH, start: int = 0)
   return None
 
 
+def json_nesting_depths(text: str, limit: int = MAX_JSON_DEPTH, start: int = 0) -> tuple[dict[int, int | None], int]:
+  """For every bracket the JSON value at ``text[start:]`` opens (outside string literals): where
+  the value it opens first nests deeper than ``limit`` (None: never). Also where the scan ended.
+
+  One linear pass, to where the bracket at ``start`` closes (or the end); each bracket met gets
+  the answer ``json_nesting_exceeds`` would give for a value starting there.
+  """
+  deepest: dict[int, int | None] = {}
+  stack: list[int] = []
+  for m in _JSON_LEXEME_RE.finditer(text, start):
+    at = m.start()
+    ch = text[at]
+    if ch == "{" or ch == "[":
+      stack.append(at)
+      deepest[at] = None
+      if len(stack) > limit and deepest[stack[-limit - 1]] is None:
+        deepest[stack[-limit - 1]] = at
+    elif ch == "}" or ch == "]":
+      if stack:
+        stack.pop()
+      if not stack:
+        return deepest, m.end()
+  return deepest, len(text)
+
+
 def loads_json(text: str, what: str = "tool call") -> tuple[Any, str]:
   """``(value, "")`` for a JSON document, else ``(None, message)``; never raises.
 

@@ -29,6 +29,7 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
+from rti_jax.envs.tool_calls import MAX_JSON_DEPTH, json_nesting_depths, loads_json, strip_think
 from rti_jax.generation.base import GenerationBackend, SamplingParams
 
 Message = dict[str, Any]
@@ -110,32 +111,88 @@ class Verifier(Protocol):
 
 # --- tolerant JSON ------------------------------------------------------------------------
 
-_THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL)
 _FENCE_RE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+# Where a JSON object can start: "{", JSON whitespace, then a key or "}" (json fails on anything else).
+_OBJECT_START_RE = re.compile(r'\{[ \t\n\r]*["}]')
+#: Characters the object search may spend on failed starts, per character of its text; past
+#: that it stops retrying starts inside a failed candidate, so adversarial text stays linear.
+RESCAN_FACTOR = 8
+
+
+def _int_or_float(literal: str) -> int | float:
+  """A JSON integer literal; one past Python's int-string limit reads as a float (inf)."""
+  try:
+    return int(literal)
+  except ValueError:
+    return float(literal)
+
+
+_DECODER = json.JSONDecoder(parse_int=_int_or_float)
+
+
+def _first_object(text: str) -> dict[str, Any] | None:
+  """The JSON object at the first ``{`` of ``text`` that starts one (at most
+  ``MAX_JSON_DEPTH`` deep), or None.
+
+  Linear time: the depth check scans each bracket once per reading of the quotes, and failed
+  starts may rescan at most ``RESCAN_FACTOR`` characters per character of ``text``; after
+  that, only starts past the last failure are tried (so on such text an object inside a
+  failed candidate may be missed).
+  """
+  budget = RESCAN_FACTOR * len(text) + 4096
+  resume = 0
+  deepest: dict[int, int | None] | None = None
+  if text.count("{") + text.count("[") > MAX_JSON_DEPTH:
+    deepest = {}
+  for m in _OBJECT_START_RE.finditer(text):
+    start = m.start()
+    if start < resume:
+      continue
+    too_deep = None
+    if deepest is not None:
+      if start not in deepest:
+        found, scanned = json_nesting_depths(text, MAX_JSON_DEPTH, start)
+        deepest.update(found)
+        budget -= scanned - start
+      too_deep = deepest[start]
+    if too_deep is not None:
+      end = too_deep
+      budget -= 1
+    else:
+      try:
+        obj, end = _DECODER.raw_decode(text, start)
+      except json.JSONDecodeError as e:
+        end = e.pos
+      except (ValueError, RecursionError):
+        end = len(text)
+      else:
+        if isinstance(obj, dict):
+          return obj
+      budget -= max(end - start, 1)
+    if budget < 0:
+      resume = end
+  return None
 
 
 def parse_json_object(text: str) -> dict[str, Any] | None:
-  """The first JSON object in ``text``, or None.
+  """The first JSON object in ``text``, or None; never raises, linear time.
 
   Tolerates ``<think>`` blocks, code fences, text before/after the object and
-  Python-style ``True``/``False``/``None`` literals. Prefers a fenced block.
+  Python-style ``True``/``False``/``None`` literals. Prefers a fenced block. An object
+  nested deeper than ``MAX_JSON_DEPTH`` levels is not read; an integer literal too long
+  for ``int`` reads as a float.
   """
   if not isinstance(text, str):
     return None
-  body = _THINK_RE.sub("", text)
+  body = strip_think(text)
   if "<think>" in body and "</think>" not in body:
     body = body.split("<think>", 1)[0] or body.split("<think>", 1)[1]
   candidates = [m.group(1) for m in _FENCE_RE.finditer(body)] + [body]
-  decoder = json.JSONDecoder()
   for cand in candidates:
     for variant in (cand, _pythonish_to_json(cand)):
-      for start in (i for i, ch in enumerate(variant) if ch == "{"):
-        try:
-          obj, _ = decoder.raw_decode(variant, start)
-        except json.JSONDecodeError:
-          continue
-        if isinstance(obj, dict):
-          return obj
+      obj = _first_object(variant)
+      if obj is not None:
+        return obj
   return None
 
 
@@ -221,9 +278,8 @@ def parse_corrector(text: str) -> tuple[str, list[dict[str, Any]], str] | None:
     name = fn.get("name")
     args = fn.get("arguments", {})
     if isinstance(args, str):
-      try:
-        args = json.loads(args) if args.strip() else {}
-      except json.JSONDecodeError:
+      args, error = loads_json(args, "arguments") if args.strip() else ({}, "")
+      if error:
         return None
     if not isinstance(name, str) or not name or not isinstance(args, dict):
       return None
