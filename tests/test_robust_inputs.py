@@ -246,3 +246,78 @@ _JUDGE_INPUTS = {
 @pytest.mark.parametrize("make", _JUDGE_INPUTS.values(), ids=_JUDGE_INPUTS.keys())
 def test_judge_parsers_are_linear(parse, make):
   assert_linear(parse, make)
+
+
+# --- Navigation rule Validator / Verifier ------------------------------------------------------------
+
+from rti_jax.intervention import rules_navigation as rn  # noqa: E402
+from rti_jax.intervention.judges import StepContext  # noqa: E402
+
+_OLD_FOUND = re.compile(r"([^\W\d][^.,;:\n]*?) was found in ([^\W\d][^.,;:\n]*?), far from the other places in "
+                        r"([^\W\d][^.,;:\n]*?)\.")
+_OLD_CHECK_ITEM = re.compile(r"(.+?) in ([^,]+)")
+_OLD_FIELD = {f: re.compile(rf"\b{f}\W{{1,4}}([^\W\d][^;,\"\n}}]*?)\s*(?:[;,\"\n}}]|$)") for f in ("city", "name")}
+
+
+@given(st.lists(st.sampled_from([" was found in ", ", far from the other places in ", "A", "b", "1", ".", ",", ";", ":",
+                                 "\n", " ", "_", "é", "٣"]), max_size=10).map("".join))
+@settings(max_examples=150, deadline=None)
+def test_found_claims_match_the_regex(text):
+  assert rn.found_claims(text) == [m.group(0, 1, 2, 3) for m in _OLD_FOUND.finditer(text)]
+
+
+@given(st.lists(st.sampled_from([" in ", "a", ",", ", ", "\n", " ", "i", "n", "in"]), max_size=9).map("".join))
+@settings(max_examples=150, deadline=None)
+def test_check_item_matches_the_regex(item):
+  m = _OLD_CHECK_ITEM.fullmatch(item)
+  assert rn.check_item(item) == (m.groups() if m else None)
+
+
+@given(st.lists(st.sampled_from(["city", "name", " ", ":", "=", "a", "B", "1", ";", ",", '"', "}", "\n", "\t", "é", "\x85"]),
+                max_size=10).map("".join))
+@settings(max_examples=150, deadline=None)
+def test_field_pattern_reads_the_same_value(text):
+  for field, old in _OLD_FIELD.items():
+    a, b = old.search(text), rn._FIELD_RE[field].search(text)
+    assert (a.group(1).strip() if a else None) == (b.group(1).strip() if b else None)
+
+
+def test_rule_coordinates_need_ascii_digits():
+  assert rn.coord_key("Lake 116.4012,39.9123") is not None
+  assert rn.coord_key("١١٦.٤٠١٢,٣٩.٩١٢٣") is None and not rn.coords_in("at ١١٦.٤٠١٢,٣٩.٩١٢٣")
+  assert rn.is_failed_result('{"pois": ' + "[" * 5_000 + "]" * 5_000 + "}") is False
+  assert rn.is_failed_result('{"status": ' + "1" * 5_000 + "}") is False
+
+
+def _nav_context(draft: str, history_turn: str | None = None) -> StepContext:
+  bench = _bench()
+  env = NavigationEnv(bench.world)
+  messages = env.reset(bench.train[0])
+  if history_turn is not None:
+    env.step(history_turn)
+  return StepContext(user_query=bench.train[0].query, history=tuple(env.transcript.messages[1:]), draft=draft,
+                     tools=tuple(env.tool_schemas()), evidence=env.reward_evidence(), domain="navigation")
+
+
+def _nav_judges(text: str) -> None:
+  ctx = _nav_context(text, history_turn=text)
+  rn.NavigationRuleValidator().judge(ctx)
+  rn.NavigationRuleVerifier().judge(ctx, text)
+
+
+_RULE_INPUTS = {
+  "letters_then_spaces": lambda n: "a" * (n // 2) + " " * (n // 2),
+  "found_clause": lambda n: ("A was found in B " * (n // 17 + 1))[:n],
+  "check_line": lambda n: "Check: " + ("a in " * (n // 5 + 1))[:n] + ",x.",
+  "city_fields": lambda n: ("city " + " " * n + "x"),
+  "coordinates": lambda n: ("1.1," * (n // 4 + 1))[:n],
+}
+
+
+@pytest.mark.parametrize("make", _RULE_INPUTS.values(), ids=_RULE_INPUTS.keys())
+@pytest.mark.parametrize("where", ["content", "direction", "poi_search"])
+def test_navigation_rules_are_linear(make, where):
+  wrap = {"content": lambda s: s,
+          "direction": lambda s: _call("direction", {"origin": s, "destination": "Lake 1.5,2.5", "waypoints": [s]}),
+          "poi_search": lambda s: _call("poi_search", {"address": s, "region": s})}[where]
+  assert_linear(lambda text: _nav_judges(wrap(text)), make)

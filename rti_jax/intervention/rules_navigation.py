@@ -55,21 +55,65 @@ from rti_jax.envs.tool_calls import ToolCall, parse_assistant_turn
 from rti_jax.intervention.judges import StepContext, ValidatorJudgement, VerifierJudgement
 from rti_jax.policy.check_line import CHECK_PREFIX
 
-_COORD_RE = re.compile(r"(?<![\d.])(-?\d{1,3}\.\d+)\s*,\s*(-?\d{1,2}\.\d+)(?![\d.])")
+# ASCII digits only ([0-9], not \d): the tool reads no other digits (``world.parse_location``).
+_COORD_RE = re.compile(r"(?<![0-9.])(-?[0-9]{1,3}\.[0-9]+)\s*,\s*(-?[0-9]{1,2}\.[0-9]+)(?![0-9.])")
 _LEAK_RE = re.compile(
   r"\b(reference|ground[\s_-]?truth|standard answer|answer key|labels?|evaluation criteria|required actions|"
   r"prior draft|previous version|calibrat\w*|supervisor|feedback|hidden (?:answer|route|solution))\b",
   re.IGNORECASE,
 )
-_FIELD_RE = {
-  f: re.compile(rf"\b{f}\W{{1,4}}([^\W\d][^;,\"\n}}]*?)\s*(?:[;,\"\n}}]|$)") for f in ("city", "name")
-}
+# The value runs to the next separator (the caller strips it); greedy, so one pass per match.
+_FIELD_RE = {f: re.compile(rf"\b{f}\W{{1,4}}([^\W\d][^;,\"\n}}]*)") for f in ("city", "name")}
 _WORD_RE = re.compile(r"[^\W_]{2,}", re.UNICODE)
-_FOUND_RE = re.compile(r"([^\W\d][^.,;:\n]*?) was found in ([^\W\d][^.,;:\n]*?), far from the other places in "
-                       r"([^\W\d][^.,;:\n]*?)\.")
-_CHECK_ITEM_RE = re.compile(r"(.+?) in ([^,]+)")
+_FOUND_MID, _FOUND_TAIL = " was found in ", ", far from the other places in "
+_CLAUSE_END_RE = re.compile(r"[.,;:\n]")
+_LETTER_RE = re.compile(r"[^\W\d]")
 
 CoordKey = tuple[Decimal, Decimal]
+
+
+def found_claims(text: str) -> list[tuple[str, str, str, str]]:
+  r"""``(sentence, place, city, trip city)`` of each ``A was found in Y, far from the other places
+  in Z.`` in ``text``.
+
+  The matches of ``([^\W\d][^.,;:\n]*?) was found in ([^\W\d][^.,;:\n]*?), far from the other
+  places in ([^\W\d][^.,;:\n]*?)\.`` (``finditer``), found in one pass over the clauses between
+  ``.,;:`` and newlines: that regex retries every letter of a long clause (quadratic time).
+  A match starts at the first letter of a clause, the place ends at the first ``was found in``
+  whose city starts with a letter and runs to the clause's end, which must be the tail.
+  """
+  out: list[tuple[str, str, str, str]] = []
+  pos, n = 0, len(text)
+  while pos < n:
+    stop = _CLAUSE_END_RE.search(text, pos)
+    end = stop.start() if stop else n
+    first = _LETTER_RE.search(text, pos, end)
+    if first is not None and end < n and text.startswith(_FOUND_TAIL, end):
+      trip_at = end + len(_FOUND_TAIL)
+      trip_stop = _CLAUSE_END_RE.search(text, trip_at)
+      if (trip_at < n and _LETTER_RE.match(text, trip_at) and trip_stop is not None
+          and trip_stop.start() > trip_at and text[trip_stop.start()] == "."):
+        mid = text.find(_FOUND_MID, first.start() + 1, end)
+        while mid >= 0 and not _LETTER_RE.match(text, mid + len(_FOUND_MID), end):
+          mid = text.find(_FOUND_MID, mid + 1, end)
+        if mid >= 0:
+          close = trip_stop.start()
+          out.append((text[first.start():close + 1], text[first.start():mid], text[mid + len(_FOUND_MID):end],
+                      text[trip_at:close]))
+          pos = close + 1
+          continue
+    pos = end + 1
+  return out
+
+
+def check_item(item: str) -> tuple[str, str] | None:
+  """``(place, city)`` of a check-line item ``"A in Y"``: ``re.fullmatch(r"(.+?) in ([^,]+)", item)``
+  without its quadratic backtracking (the first `` in `` after the last comma splits it)."""
+  comma, newline = item.rfind(","), item.find("\n")
+  at = item.find(" in ", max(1, comma - 3))
+  if at < 0 or at + 4 >= len(item) or 0 <= newline < at:  # "." stops at a newline, "[^,]" does not
+    return None
+  return item[:at], item[at + 4:]
 
 
 def coord_key(text: Any) -> CoordKey | None:
@@ -182,7 +226,7 @@ def is_failed_result(text: str) -> bool:
     return True
   try:
     obj = json.loads(text)
-  except (json.JSONDecodeError, TypeError):
+  except (ValueError, TypeError, RecursionError):  # not JSON, an over-long integer, too deep
     return False
   if isinstance(obj, dict):
     if "pois" in obj and not obj["pois"]:
@@ -257,16 +301,16 @@ def claim_errors(history: Sequence[dict[str, Any]], text: str) -> list[str]:
         errors.append(f"{what} names the trip's city wrongly: the results put it in {trip}")
       continue
     for item in body.split(", "):
-      m = _CHECK_ITEM_RE.fullmatch(item)
-      if m is None:
+      parts = check_item(item)
+      if parts is None:
         errors.append(f"{what} cannot be read as 'place in city'")
       else:
-        check_off(m.group(1), m.group(2), what)
-  for m in _FOUND_RE.finditer(text):
-    what = f"the sentence {m.group(0)!r}"
-    check_off(m.group(1), m.group(2), what)
-    if trip is not None and m.group(3).strip() != trip:
-      errors.append(f"{what} puts the other places in {m.group(3).strip()}, but the results put them in {trip}")
+        check_off(parts[0], parts[1], what)
+  for sentence, place, city, trip_city in found_claims(text):
+    what = f"the sentence {sentence!r}"
+    check_off(place, city, what)
+    if trip is not None and trip_city.strip() != trip:
+      errors.append(f"{what} puts the other places in {trip_city.strip()}, but the results put them in {trip}")
   return errors
 
 
