@@ -119,6 +119,7 @@ class Trainer:
       from rti_jax.generation.sglang_http import SGLangHTTPBackend
 
       self.backend = SGLangHTTPBackend(cfg.rollout.sglang_url, weights_dir=cfg.rollout.weights_dir, save_fn=qwen_save_fn)
+      self.backend.check_server(max_context=cfg.rollout.max_context)
       self.backend.sync_weights(self.model)
       # The loss needs temperature-1 behaviour log-probs: refuse a server that reports scaled ones.
       self.backend.check_behaviour_logprobs(self.formatter.prompt_ids([{"role": "user", "content": "Hello."}]))

@@ -40,6 +40,8 @@ class FakeSGLang:
     # A stock SGLang server reports log-probs after temperature scaling; with
     # SGLANG_RETURN_ORIGINAL_LOGPROB=1 it reports the temperature-1 ones (``original_logprobs``).
     self.original_logprobs = False
+    self.model_info: dict[str, Any] | None = {"model_path": "/models/policy", "is_generation": True}
+    self.context_length: int | None = 4096
 
   def generate(self, body: dict[str, Any]) -> list[dict[str, Any]]:
     ids = body["input_ids"]
@@ -115,7 +117,16 @@ def _handler(state: FakeSGLang) -> type[BaseHTTPRequestHandler]:
     def do_GET(self) -> None:
       if self._fault():
         return
-      self._send(200, {}) if self.path == "/health" else self._send(404, {"error": "no route"})
+      if self.path == "/health":
+        self._send(200, {})
+      elif self.path == "/get_model_info" and state.model_info is not None:
+        self._send(200, state.model_info)
+      elif self.path == "/model_info":
+        self._send(200, state.model_info or {})
+      elif self.path == "/get_server_info":
+        self._send(200, {"context_length": state.context_length, "tp_size": 1})
+      else:
+        self._send(404, {"error": "no route"})
 
     def do_POST(self) -> None:
       if self._fault():
@@ -404,3 +415,19 @@ def test_the_log_prob_probe_refuses_a_server_that_scales_by_temperature(server):
   assert client.check_behaviour_logprobs([1, 2, 3]) < 1e-5
   with pytest.raises(ValueError, match="temperature"):
     client.check_behaviour_logprobs([1], temperature=1.0)
+
+
+def test_the_start_up_handshake_checks_model_and_context_length(server):
+  state, url = server
+  client = _client(url)
+  got = client.check_server(max_context=4096, model_path="/models/policy/")
+  assert got["server_info"]["context_length"] == 4096
+  with pytest.raises(SGLangProtocolError, match="context_length 4096 is shorter than rollout.max_context=8192"):
+    client.check_server(max_context=8192)
+  with pytest.raises(SGLangProtocolError, match="serves '/models/policy', expected '/models/other'"):
+    client.check_server(max_context=16, model_path="/models/other")
+  state.model_info = {"model_path": "/m", "is_generation": False}
+  with pytest.raises(SGLangProtocolError, match="not a generation model"):
+    client.check_server(max_context=16)
+  state.model_info, state.context_length = None, None  # an older server: /model_info, no context length
+  assert client.check_server(max_context=10**6)["model_info"] == {}

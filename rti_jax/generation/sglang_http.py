@@ -358,6 +358,45 @@ class SGLangHTTPBackend:
                              for j, t in enumerate(tail)], dtype=np.float32)
     return [o for o in out]  # type: ignore[misc]
 
+  def _get_json(self, *paths: str) -> Any:
+    """The JSON of the first of ``paths`` the server has (older and newer servers name routes differently)."""
+    for path in paths:
+      try:
+        _, body = self._request("GET", path, timeout_s=self.health_timeout_s * 2)
+      except SGLangProtocolError as e:
+        if "HTTP 404" in str(e) and path != paths[-1]:
+          continue
+        raise
+      try:
+        return json.loads(body)
+      except (ValueError, RecursionError) as e:
+        raise SGLangProtocolError(f"{self.base_url}{path}: body is not JSON: {body[:300]!r}") from e
+    raise AssertionError("unreachable")
+
+  def check_server(self, *, max_context: int, model_path: str | None = None) -> dict[str, Any]:
+    """The start-up handshake: the server serves a generation model (``/get_model_info``), the one
+    at ``model_path`` when given, and its context length (``/get_server_info``'s ``context_length``,
+    when the server reports one) holds ``max_context`` tokens. Returns both answers."""
+    info = self._get_json("/get_model_info", "/model_info")
+    if not isinstance(info, dict):
+      raise SGLangProtocolError(f"{self.base_url}/get_model_info: expected a JSON object, got {type(info).__name__}")
+    if info.get("is_generation") is False:
+      raise SGLangProtocolError(f"{self.base_url}: the server's model {info.get('model_path')!r} is not a "
+                                "generation model")
+    if model_path is not None and os.path.normpath(str(info.get("model_path"))) != os.path.normpath(model_path):
+      raise SGLangProtocolError(f"{self.base_url}: the server serves {info.get('model_path')!r}, expected "
+                                f"{model_path!r}")
+    server = self._get_json("/get_server_info", "/server_info")
+    context = server.get("context_length") if isinstance(server, dict) else None
+    if context is not None:
+      if isinstance(context, bool) or not isinstance(context, int):
+        raise SGLangProtocolError(f"{self.base_url}/get_server_info: context_length must be an integer, got "
+                                  f"{context!r:.80}")
+      if context < max_context:
+        raise SGLangProtocolError(f"{self.base_url}: the server's context_length {context} is shorter than "
+                                  f"rollout.max_context={max_context}; start it with --context-length {max_context}")
+    return {"model_info": info, "server_info": server}
+
   def check_behaviour_logprobs(self, prompt: Sequence[int], *, temperature: float = 2.0, tokens: int = 16,
                                atol: float = 0.05, seed: int = 0) -> float:
     """Checks that ``/generate`` reports the policy's temperature-1 log-probs, which the loss uses as
