@@ -431,3 +431,25 @@ def test_the_start_up_handshake_checks_model_and_context_length(server):
     client.check_server(max_context=16)
   state.model_info, state.context_length = None, None  # an older server: /model_info, no context length
   assert client.check_server(max_context=10**6)["model_info"] == {}
+
+
+def test_aborted_items_are_asked_for_again_once(server):
+  state, url = server
+  state.original_logprobs = True
+  calls = []
+
+  def abort_second_once(items):
+    calls.append(len(items))
+    if len(calls) == 1:
+      items[1]["meta_info"]["finish_reason"] = {"type": "abort", "message": "out of memory"}
+    return items
+
+  state.mutate = abort_second_once
+  client = _client(url, send_seed=True)
+  prompts, params = [[1, 2], [5, 9], [7]], SamplingParams(max_new_tokens=4, temperature=0.9)
+  got = client.generate(prompts, params, seed=3)
+  assert calls == [3, 1]  # the batch, then the aborted item alone
+  assert [c.finish_reason for c in got] == ["length"] * 3
+  state.mutate = _item_edit(lambda it: it["meta_info"].update(finish_reason={"type": "abort"}))
+  with pytest.raises(SGLangProtocolError, match="finish_reason"):
+    client.generate(prompts, params, seed=3)
