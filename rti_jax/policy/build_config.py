@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import pathlib
-from typing import Any, Optional, Sequence, TypeVar
+from typing import Any, Optional, Sequence
 
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
-from rti_jax.config import CONFIG_DIR, ConfigError
+from rti_jax.config import ConfigError, config_path, load_structured
 
 
 @dataclasses.dataclass
@@ -252,29 +249,8 @@ def validate_telecom(cfg: TelecomSFTConfig) -> TelecomSFTConfig:
   return cfg
 
 
-Schema = TypeVar("Schema")
-
-
-def _load(schema: type[Schema], default_name: str, name_or_path: str | None, overrides: Sequence[str]) -> Schema:
-  path = pathlib.Path(name_or_path or default_name)
-  if not path.suffix:
-    path = CONFIG_DIR / f"{path}.yaml"
-  if not path.exists():
-    known = sorted(p.stem for p in CONFIG_DIR.glob("sft_*.yaml"))
-    raise ConfigError(f"config {str(name_or_path or default_name)!r}: no file {path}; known build configs: {known}")
-  for item in overrides:
-    if "=" not in item:
-      raise ConfigError(f"override {item!r}: expected key=value")
-  # values taken literally: an OmegaConf interpolation (``${oc.env:HOME}``) is not resolved
-  overrides = [item.replace("${", "\\${") for item in overrides]
-  try:
-    merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path), OmegaConf.from_dotlist(overrides))
-    cfg = OmegaConf.to_object(merged)
-  except OmegaConfBaseException as e:
-    key = getattr(e, "full_key", None) or "config"
-    raise ConfigError(f"{key}: {str(e).splitlines()[0]}") from None
-  assert isinstance(cfg, schema)
-  return cfg
+def _load(schema: type[Any], default_name: str, name_or_path: str | None, overrides: Sequence[str]) -> Any:
+  return load_structured(schema, config_path(name_or_path or default_name, "sft_*.yaml"), overrides)
 
 
 def load_navigation(name_or_path: str | None = None, overrides: Sequence[str] = (),
