@@ -97,9 +97,98 @@ _EXCLUDE = {"toggle_data": r"\bplan\b|refuel|\bgb\b|usage|allowance|limit|(?:mor
 _AGENT_STATEMENT = re.compile(r"^\s*(?:i|we)(?:'ve|'ll| have| will| just| already| can see| see| checked| enabled| "
                               r"refueled| sent| resumed| added)\b")
 _AGENT_SIDE = re.compile(r"\bme to\b|\bon (?:your|the) (?:line|account)\b|\bi'll\b|\bi will\b|\blet me\b|\bi can\b|\bour end\b")
-# A sentence ends at . ! ? ; or a newline, never inside a call's parentheses.
-_SENTENCE_RE = re.compile(r"(?:[^.!?;\n()]|\([^)]*\)?)+(?:[.!?;]+|\n|$)")
-_ARG_RE = re.compile(r"""(\w+)\s*[=:]\s*(?:"([^"]*)"|'([^']*)'|([\w\-./:]+))""")
+_SENTENCE_SPECIAL_RE = re.compile(r"[.!?;\n()]")
+_SENTENCE_ENDS = ".!?;\n"
+# A key starts a word ((?<!\w) changes no match: findall resumes after a value, never inside a word).
+_ARG_RE = re.compile(r"""(?<!\w)(\w+)\s*[=:]\s*(?:"([^"]*)"|'([^']*)'|([\w\-./:]+))""")
+_NAME_RE = re.compile(r"\b[a-z_]{4,}\b")
+_CALL_OPEN_RE = re.compile(r"\s*\(")
+_WORD_RE = re.compile(r"\w+")
+#: Longer words are not read (blanked like identifiers) when matching requests by description.
+MAX_WORD_CHARS = 40
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+  """``(start, end)`` of each sentence of ``text``: it ends at . ! ? ; or a newline, never inside
+  a call's parentheses.
+
+  The matches of ``(?:[^.!?;\\n()]|\\([^)]*\\)?)+(?:[.!?;]+|\\n|$)`` (``finditer``), found in one
+  pass: that regex backtracks cubically on a stray ``)``. A sentence runs over plain characters and
+  whole ``(...)`` groups (an unclosed ``(`` runs to the end) to its end mark; where a stray ``)``
+  comes first, it ends after the last end mark inside its last group that has one, and without
+  such a group no sentence starts before that ``)``.
+  """
+  spans: list[tuple[int, int]] = []
+  pos, n = 0, len(text)
+  while pos < n:
+    if text[pos] in ".!?;\n)":
+      pos += 1
+      continue
+    at, end, groups = pos, None, []
+    while True:
+      m = _SENTENCE_SPECIAL_RE.search(text, at)
+      if m is None:
+        end = n
+        break
+      stop = m.start()
+      ch = text[stop]
+      if ch in _SENTENCE_ENDS:
+        end = stop + 1
+        while ch != "\n" and end < n and text[end] in ".!?;":
+          end += 1
+        break
+      if ch == ")":
+        break
+      close = text.find(")", stop + 1)
+      if close < 0:
+        end = n
+        break
+      groups.append((stop, close))
+      at = close + 1
+    if end is None:
+      for opened, close in reversed(groups):
+        last = max(text.rfind(c, opened + 1, close) for c in _SENTENCE_ENDS)
+        if last >= 0:
+          end = last + 1
+          break
+    if end is None:
+      pos = stop + 1
+      continue
+    spans.append((pos, end))
+    pos = end
+  return spans
+
+
+def blank_words(text: str, identifiers: bool = True, long_words: bool = False) -> str:
+  """``text`` with ``identifiers`` (words holding ``_``, e.g. ``toggle_wifi``) blanked, and with
+  ``long_words`` the words over ``MAX_WORD_CHARS``; the same length, so positions still order
+  requests. (``re.sub(r"\\w*_\\w*", ...)`` blanks the same identifiers in quadratic time.)"""
+  def blank(m: re.Match[str]) -> str:
+    word = m.group(0)
+    hide = (identifiers and "_" in word) or (long_words and len(word) > MAX_WORD_CHARS)
+    return " " * len(word) if hide else word
+
+  return _WORD_RE.sub(blank, text)
+
+
+def named_calls(sentence: str) -> list[tuple[int, str, str | None]]:
+  """``(position, name, argument text or None)`` of each word of 4+ letters or ``_`` in
+  ``sentence``, with its ``(...)`` right after it: the matches of
+  ``\\b([a-z_]{4,})\\b(\\s*\\(([^)]*)\\))?``, without rescanning for a ``)`` after every word."""
+  out: list[tuple[int, str, str | None]] = []
+  pos, n, close = 0, len(sentence), -1
+  while (m := _NAME_RE.search(sentence, pos)) is not None:
+    pos = m.end()
+    args = None
+    opened = _CALL_OPEN_RE.match(sentence, pos)
+    if opened is not None:
+      if close < opened.end():
+        close = sentence.find(")", opened.end())
+        close = n if close < 0 else close
+      if close < n:
+        args, pos = sentence[opened.end():close], close + 1
+    out.append((m.start(), m.group(0), args))
+  return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,7 +323,7 @@ _PRONOUN = re.compile(r"\b(?:turn|switch|toggle)\w*\s+(?:it|that|this)\b|\b(?:di
 def last_feature(text: str, prior: str | None = None) -> str | None:
   """The setting (toggle tool, or "vpn") mentioned last in ``text``, else ``prior``."""
   best, best_pos = prior, -1
-  lowered = re.sub(r"\w*_\w*", lambda m: " " * len(m.group(0)), text.lower())
+  lowered = blank_words(text.lower())
   for feature, pattern in _FEATURES:
     for m in re.finditer(pattern, lowered):
       if m.start() > best_pos:
@@ -261,30 +350,30 @@ def find_requests(text: str, phone: st.PhoneState,
   requests: list[Request] = []
   unclear: list[str] = []
   feature = prior_feature
-  for match in _SENTENCE_RE.finditer(text):
-    raw = match.group(0)
-    sentence = raw.lower()
-    base = match.start()
+  for start, end in sentence_spans(text):
+    sentence = text[start:end].lower()
+    base = start
     named: set[str] = set()
-    for name_match in re.finditer(r"\b([a-z_]{4,})\b(\s*\(([^)]*)\))?", sentence):
-      name = TOOL_ALIASES.get(name_match.group(1), name_match.group(1))
+    for name_pos, word, arg_text in named_calls(sentence):
+      name = TOOL_ALIASES.get(word, word)
       if name not in dt.DEVICE_TOOLS:
         continue
       named.add(name)
-      args = {k: a or b or c for k, a, b, c in _ARG_RE.findall(name_match.group(3) or "")}
+      args = {k: a or b or c for k, a, b, c in _ARG_RE.findall(arg_text or "")}
       if dt.DEVICE_TOOLS[name].params and set(args) != set(dt.DEVICE_TOOLS[name].params):
         inferred = _args_from_sentence(name, sentence, phone)
         if inferred is None:
           unclear.append(name)
           continue
         args = {**inferred, **args}
-      requests.append(Request(base + name_match.start(), name, args))
+      requests.append(Request(base + name_pos, name, args))
     if _AGENT_STATEMENT.search(sentence):
       feature = last_feature(sentence, feature)
       continue
-    # Descriptions are matched on the sentence with identifiers (``toggle_wifi_calling``)
-    # blanked out, same length so positions still order the requests.
-    prose = re.sub(r"\w*_\w*", lambda m: " " * len(m.group(0)), sentence)
+    # Descriptions are matched on the sentence with identifiers (``toggle_wifi_calling``) and
+    # overlong words blanked out, same length so positions still order the requests (a verb
+    # pattern such as ``set\w*`` would otherwise rescan a long word from every "set" in it).
+    prose = blank_words(sentence, long_words=True)
     claimed = set(named)
     for tool, pattern in _DESCRIPTIONS:
       m = re.search(pattern, prose)
@@ -438,7 +527,8 @@ class ScriptedUser:
     is_offer = "?" in text or _OFFER_Q.search(text) or re.search(r"anything else", text)
     if not is_offer:
       return out
-    plan = _PLAN.search(text)
+    reading = blank_words(text, identifiers=False, long_words=True)  # else _PLAN, _ROAM_OFFER rescan long words
+    plan = _PLAN.search(reading)
     if plan:
       out.append("Yes, I'd like to change my plan." if p.accepts_plan_change else "No, I don't want to change my plan.")
     if _REFUEL.search(text) and (not plan or re.search(r"refuel|top.?up", text)):
@@ -446,7 +536,7 @@ class ScriptedUser:
         out.append("No, I don't want to buy more data.")
       else:
         out.append(f"Yes, please add {p.refuel_gb:g} GB of data.")
-    if _ROAM_OFFER.search(text) and "me to" in text:
+    if _ROAM_OFFER.search(reading) and "me to" in text:
       out.append("Yes, please enable roaming on my line.")
     if _PAY_OFFER.search(text) and not re.search(r"payment request", text) and "me to" in text:
       out.append("Yes, I'll pay the bill." if p.pays_bills else "No, I don't want to pay anything now.")
