@@ -321,3 +321,111 @@ def test_navigation_rules_are_linear(make, where):
           "direction": lambda s: _call("direction", {"origin": s, "destination": "Lake 1.5,2.5", "waypoints": [s]}),
           "poi_search": lambda s: _call("poi_search", {"address": s, "region": s})}[where]
   assert_linear(lambda text: _nav_judges(wrap(text)), make)
+
+
+# --- Telecom: scripted user, rule Validator / Verifier -------------------------------------------------
+
+from rti_jax.envs.telecom import user_sim  # noqa: E402
+from rti_jax.envs.telecom.env import TelecomEnv  # noqa: E402
+from rti_jax.envs.telecom.tasks import load_split  # noqa: E402
+from rti_jax.intervention import telecom_evidence as te  # noqa: E402
+from rti_jax.intervention.rules_telecom import TelecomRuleValidator, TelecomRuleVerifier  # noqa: E402
+
+_OLD_SENTENCE = re.compile(r"(?:[^.!?;\n()]|\([^)]*\)?)+(?:[.!?;]+|\n|$)")
+_OLD_NAMED = re.compile(r"\b([a-z_]{4,})\b(\s*\(([^)]*)\))?")
+_OLD_ARG = re.compile(r"""(\w+)\s*[=:]\s*(?:"([^"]*)"|'([^']*)'|([\w\-./:]+))""")
+_OLD_USER_RAN = re.compile(r"\bI ran (\w+):\s*(.*?)(?=\s*\bI ran \w+:|$)", re.DOTALL)
+
+
+def _texts(pieces: list[str], size: int = 12):
+  return st.lists(st.sampled_from(pieces), max_size=size).map("".join)
+
+
+@given(_texts(list("a.!?;\n() ") + ["ab", ").", "(a;"]))
+@settings(max_examples=150, deadline=None)
+def test_sentence_spans_match_the_regex(text):
+  assert user_sim.sentence_spans(text) == [m.span() for m in _OLD_SENTENCE.finditer(text)]
+
+
+@given(_texts(["abcd", "toggle_wifi", " ", "(", ")", "x", "_", "1", "\n", "é", 'a="b"', "k=v"], size=8))
+@settings(max_examples=150, deadline=None)
+def test_named_calls_arguments_and_blanking_match_the_regexes(text):
+  assert user_sim.named_calls(text) == [(m.start(), m.group(1), m.group(3)) for m in _OLD_NAMED.finditer(text)]
+  assert user_sim.blank_words(text) == re.sub(r"\w*_\w*", lambda m: " " * len(m.group(0)), text)
+  assert user_sim._ARG_RE.findall(text) == _OLD_ARG.findall(text)
+
+
+@given(_texts(["I ran ", "I ran x:", "x", ":", " ", "\n", "a", "I", "_", "\t"]))
+@settings(max_examples=150, deadline=None)
+def test_user_reports_match_the_regex(text):
+  assert te.user_reports(text) == [m.groups() for m in _OLD_USER_RAN.finditer(text)]
+
+
+def test_user_ignores_overlong_words_only():
+  phone = user_sim.st.fresh_state().phone
+  assert [r.tool for r in user_sim.find_requests("Please reset the data saver.", phone)[0]] == ["toggle_data_saver_mode"]
+  assert not user_sim.find_requests("Please " + "x" * 50 + "set the data saver.", phone)[0]
+
+
+@functools.lru_cache(maxsize=1)
+def _telecom_tasks():
+  return load_split("train")
+
+
+def _tel_env() -> TelecomEnv:
+  env = TelecomEnv()
+  env.reset(_telecom_tasks()[0])
+  return env
+
+
+def test_huge_integer_arguments_do_not_overflow_floats():
+  assert te.norm_value(10 ** 400) == "inf" and te.norm_value(-(10 ** 400)) == "-inf"
+  assert te.visible_value(10 ** 400, "1 2 3") is False
+  env = _tel_env()
+  draft = _raw_call('{"name": "refuel_data", "arguments": {"customer_id": "C1", "line_id": "L1", "gb_amount": '
+                    + "9" * 400 + "}}")
+  result = env.step(draft)
+  assert "must be a number" in result.messages[0]["content"]
+  ctx = _tel_context(draft, env)
+  TelecomRuleValidator().judge(ctx)
+  TelecomRuleVerifier().judge(ctx, draft)
+
+
+def _tel_context(draft: str, env: TelecomEnv) -> StepContext:
+  messages = env.transcript.messages
+  return StepContext(user_query=messages[1]["content"], history=tuple(messages[1:]), draft=draft,
+                     tools=tuple(env.tool_schemas()), evidence=env.reward_evidence(), domain="telecom")
+
+
+@functools.lru_cache(maxsize=1)
+def _tel_judges_pair():
+  return TelecomRuleValidator(), TelecomRuleVerifier()
+
+
+def _tel_run(text: str) -> None:
+  env = _tel_env()
+  env.step(text)
+  ctx = _tel_context(text, env)
+  validator, verifier = _tel_judges_pair()
+  validator.judge(ctx)
+  verifier.judge(ctx, text)
+
+
+_TELECOM_INPUTS = {
+  "verbs_in_one_word": lambda n: ("set" * (n // 3 + 1))[:n],
+  "open_paren": lambda n: "(" + "a" * n + "))",
+  "stray_paren": lambda n: "a" * n + ")",
+  "identifier_letters": lambda n: "1" * n,
+  "spaces_in_a_report": lambda n: "I ran x: " + " " * n + "y",
+  "figures": lambda n: ("$1" * (n // 2 + 1))[:n],
+  "capitals": lambda n: ("Abc " * (n // 4 + 1))[:n],
+  "call_args": lambda n: "check_app_status(" + "a" * n + ")",
+}
+
+
+@pytest.mark.parametrize("make", _TELECOM_INPUTS.values(), ids=_TELECOM_INPUTS.keys())
+@pytest.mark.parametrize("where", ["message", "phone_number", "name"])
+def test_telecom_step_and_rules_are_linear(make, where):
+  wrap = {"message": lambda s: s, "phone_number": lambda s: _call("get_customer_by_phone", {"phone_number": s}),
+          "name": lambda s: _call(s, {})}[where]
+  assert_linear(lambda text: _tel_run(wrap(text)), make)

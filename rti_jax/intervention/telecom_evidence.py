@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 from typing import Any, Sequence
 
@@ -38,7 +39,9 @@ FIGURE_RE = re.compile(
   re.IGNORECASE,
 )
 _NUMBER_RE = re.compile(r"\d[\d,]*(?:\.\d+)?")
-USER_RAN_RE = re.compile(r"\bI ran (\w+):\s*(.*?)(?=\s*\bI ran \w+:|$)", re.DOTALL)
+#: the head of a user's report ``I ran <tool>: <output>`` (``user_reports`` reads the outputs)
+USER_RAN_HEAD_RE = re.compile(r"\bI ran (\w+):")
+_USER_RAN_RE = re.compile(r"\bI ran (\w+):\s*")
 _SENTENCE_RE = re.compile(r"(?:[^.!?\n]|\.(?=\d))+[.!?]*")
 _USAGE_RE = re.compile(r"\b(?:used|usage|consumed|remaining|left|limit|allowance)\b", re.IGNORECASE)
 _SELF = r"\b(?:i|we)(?:'ve|’ve| have| just| already| successfully)*\s+"
@@ -63,13 +66,47 @@ _LOOKUPS_FOR = {"bill": ("get_bills_for_customer", "get_details_by_id"), "billin
                 "get_details_by_id"), "usage": ("get_data_usage", "get_details_by_id")}
 
 
+def as_float(value: int | float) -> float:
+  """``float(value)``, with an int too large for a float (a 400-digit JSON integer) as +-inf
+  instead of an ``OverflowError``."""
+  try:
+    return float(value)
+  except OverflowError:
+    return math.inf if value > 0 else -math.inf
+
+
+def user_reports(text: str) -> list[tuple[str, str]]:
+  """``(tool, output)`` of each ``I ran <tool>: <output>`` in ``text``; an output runs to the next
+  report (the spaces before it excluded) or to the end.
+
+  The matches of ``\\bI ran (\\w+):\\s*(.*?)(?=\\s*\\bI ran \\w+:|$)`` (DOTALL, ``finditer``) in
+  one pass; that regex rescans a run of spaces from each of its characters (quadratic time).
+  """
+  out = []
+  n = len(text)
+  last_end = n - 1 if text.endswith("\n") else n  # "$" also matches before a final newline
+  m = _USER_RAN_RE.search(text)
+  while m is not None:
+    body = m.end()
+    end = last_end if body <= last_end else n
+    nxt = USER_RAN_HEAD_RE.search(text, body)
+    if nxt is not None:
+      at = nxt.start()
+      while at > body and text[at - 1].isspace():
+        at -= 1
+      end = min(end, at)
+    out.append((m.group(1), text[body:end]))
+    m = _USER_RAN_RE.search(text, end)
+  return out
+
+
 def norm_value(value: Any) -> str:
   """A comparable form of an argument value: numbers as floats, phone numbers as digits,
   strings lower-cased and stripped."""
   if isinstance(value, bool):
     return str(value).lower()
   if isinstance(value, (int, float)):
-    return repr(float(value))
+    return repr(as_float(value))
   s = str(value).strip().lower()
   if PHONE_RE.fullmatch(s):
     return re.sub(r"\D", "", s)[-10:]
@@ -120,8 +157,8 @@ def user_runs(history: Sequence[dict[str, Any]]) -> list[tuple[int, UserRun]]:
   out = []
   for i, m in enumerate(history):
     if m.get("role") == "user":
-      for match in USER_RAN_RE.finditer(str(m.get("content", ""))):
-        out.append((i, UserRun(match.group(1), match.group(2))))
+      for name, output in user_reports(str(m.get("content", ""))):
+        out.append((i, UserRun(name, output)))
   return out
 
 
@@ -224,7 +261,7 @@ def norm_text(text: str) -> str:
 
 def visible_value(value: Any, seen: str) -> bool:
   if isinstance(value, (int, float)) and not isinstance(value, bool):
-    return float(value) in numbers_in(seen)
+    return as_float(value) in numbers_in(seen)
   s = str(value).strip()
   if PHONE_RE.fullmatch(s):
     return norm_value(s) in phones_in(seen)
@@ -242,6 +279,7 @@ def claim_problems(content: str, seen: str, agents: Sequence[AgentRun]) -> list[
   user or tool message shows."""
   ok_tools = {r.call.name for r in agents if r.ok}
   lookups = {n for n in ok_tools if n not in AGENT_WRITE_TOOLS}
+  seen_numbers: set[float] | None = None  # read once, when a figure needs it
   out = []
   for sentence in _SENTENCE_RE.findall(content or ""):
     m = _RETRIEVAL_RE.search(sentence)
@@ -256,11 +294,13 @@ def claim_problems(content: str, seen: str, agents: Sequence[AgentRun]) -> list[
         out.append((f"The reply says {m.group(0).strip()!r} but no successful {'/'.join(sorted(tools))} call was made.",
                     f"Call {sorted(tools)[0]} first (if the issue needs it) and only then report it."))
     if _USAGE_RE.search(sentence):
-      figures = [f.group(0) for f in FIGURE_RE.finditer(sentence) if not figure_visible(f.group(0), seen)]
+      seen_numbers = numbers_in(seen) if seen_numbers is None else seen_numbers
+      figures = [f.group(0) for f in FIGURE_RE.finditer(sentence) if not figure_visible(f.group(0), seen_numbers)]
       if figures:
         out.append((f"The reply states {', '.join(figures)}, which no tool result has shown.",
                     "Check the line's data usage with get_data_usage before quoting figures."))
-  ids = sorted({i for i in ID_RE.findall(content or "") if i.lower() not in seen.lower()})
+  low = seen.lower()
+  ids = sorted({i for i in ID_RE.findall(content or "") if i.lower() not in low})
   if ids:
     out.append((f"The reply names {', '.join(ids)}, which no tool result has shown.",
                 "Only refer to ids that a lookup has returned."))
@@ -285,6 +325,7 @@ def figures_in(text: str) -> set[tuple[float, str]]:
   return out
 
 
-def figure_visible(figure: str, seen: str) -> bool:
+def figure_visible(figure: str, seen_numbers: set[float]) -> bool:
+  """Every number of ``figure`` is among ``seen_numbers`` (``numbers_in`` of what was shown)."""
   nums = numbers_in(figure)
-  return bool(nums) and nums <= numbers_in(seen)
+  return bool(nums) and nums <= seen_numbers

@@ -44,6 +44,7 @@ from rti_jax.intervention.telecom_evidence import (
   UserRun,
   agent_runs,
   args_match,
+  as_float,
   call_key,
   claim_problems,
   conversation_text,
@@ -164,7 +165,7 @@ class TelecomRuleValidator:
       if isinstance(v, bool) or v is None:
         bad.append((k, v))
       elif isinstance(v, (int, float)):
-        if float(v) not in numbers:
+        if as_float(v) not in numbers:
           bad.append((k, v))
       elif not isinstance(v, str) or not v.strip():
         bad.append((k, v))

@@ -26,7 +26,7 @@ from rti_jax.intervention.telecom_evidence import (
   FIGURE_RE,
   ID_RE,
   PHONE_RE,
-  USER_RAN_RE,
+  USER_RAN_HEAD_RE,
   agent_runs,
   claim_problems,
   conversation_text,
@@ -34,6 +34,7 @@ from rti_jax.intervention.telecom_evidence import (
   figure_visible,
   figures_in,
   norm_value,
+  numbers_in,
   phones_in,
 )
 from rti_jax.intervention.telecom_validator import TelecomRuleValidator
@@ -129,8 +130,9 @@ class TelecomRuleVerifier:
     # the same figure with its unit ("at most 2 GB").
     tools = json.dumps(list(ctx.tools), ensure_ascii=False)
     prose = figures_in(tools) | self._policy_figures
+    seen_numbers = numbers_in(seen)
     for f in FIGURE_RE.finditer(PHONE_RE.sub(" ", text)):
-      if not figure_visible(f.group(0), seen) and not (figures_in(f.group(0)) <= prose):
+      if not figure_visible(f.group(0), seen_numbers) and not (figures_in(f.group(0)) <= prose):
         out.append(f.group(0))
     vocab_words = self._policy_words | set(re.findall(r"[a-z]+", (seen + "\n" + tools).lower()))
     hidden_names = backend_names() | _names_in_evidence(ctx.evidence)
@@ -138,8 +140,10 @@ class TelecomRuleVerifier:
     out += [w for w in re.findall(r"[A-Za-z]{3,}", text) if w in hidden_names and w.lower() not in seen_words]
     for m in _CAP_WORD_RE.finditer(text):
       word = m.group(1)
-      before = text[: m.start()].rstrip()
-      sentence_start = not before or before[-1] in ".!?:>\n-—\"'(" or before.endswith("---")
+      before = m.start()  # text[:before].rstrip(), without copying the text before every word
+      while before > 0 and text[before - 1].isspace():
+        before -= 1
+      sentence_start = before == 0 or text[before - 1] in ".!?:>\n-—\"'(" or text.endswith("---", 0, before)
       if not sentence_start and word not in _COMMON_CAPS and word.lower() not in vocab_words:
         out.append(word)
     return list(dict.fromkeys(out))
@@ -149,7 +153,7 @@ class TelecomRuleVerifier:
     out = []
     if "<tool_response>" in text or re.search(r"^\s*(?:tool|user)\s*:", text, re.IGNORECASE | re.MULTILINE):
       out.append("writes a tool response or a user turn itself.")
-    if USER_RAN_RE.search(text):
+    if USER_RAN_HEAD_RE.search(text):
       out.append("reports a device tool run in the user's words.")
     visible = parse_assistant_turn(text).content
     for diagnosis, _ in claim_problems(visible, conversation_text(ctx), agent_runs(ctx.history)):
