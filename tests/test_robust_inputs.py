@@ -429,3 +429,122 @@ def test_telecom_step_and_rules_are_linear(make, where):
   wrap = {"message": lambda s: s, "phone_number": lambda s: _call("get_customer_by_phone", {"phone_number": s}),
           "name": lambda s: _call(s, {})}[where]
   assert_linear(lambda text: _tel_run(wrap(text)), make)
+
+
+# --- property tests: any assistant turn gets an observation -----------------------------------------
+
+from rti_jax.envs.telecom import agent_tools, device_tools  # noqa: E402
+
+_NAV_PARAMS = {"poi_search": ("address", "region"), "around_search": ("location", "radius", "keyword", "region"),
+               "direction": ("origin", "destination", "mode", "waypoints")}
+_TEL_PARAMS = {**{n: tuple(t.properties) for n, t in agent_tools.AGENT_TOOLS.items()},
+               **{n: t.params for n, t in device_tools.DEVICE_TOOLS.items()}}
+_ODD_TEXT = st.text(st.sampled_from(list("aZ 1.,-+_()[]{}\"'\\:;\n\t") + ["٣", "²", "５", "\u3000", "\u00a0", "\u2028",
+                                                                          "é", "\ud800", "\x00"]), max_size=40)
+_ATOMS = st.one_of(
+  st.none(), st.booleans(), st.integers(-10 ** 6, 10 ** 6), st.integers(10 ** 300, 10 ** 320),
+  st.floats(allow_nan=True, allow_infinity=True), _ODD_TEXT,
+  st.sampled_from(["116.4012,39.9123", "Lake 116.4012,39.9123", "١١٦.٤,٣٩.٩", "²", "５０００", "\u3000 5000 ", "driving",
+                   "C1001", "L1001", "555-123-2002", "4g_5g_preferred", "messaging"]),
+  st.builds(lambda s, k: s * k, st.text(min_size=1, max_size=4), st.integers(50, 800)),
+)
+_VALUES = st.recursive(_ATOMS, lambda kids: st.lists(kids, max_size=3) | st.dictionaries(_ODD_TEXT, kids, max_size=3),
+                       max_leaves=6)
+
+
+@st.composite
+def _tool_body(draw, params: dict[str, tuple[str, ...]]) -> str:
+  name = draw(st.sampled_from(sorted(params)) | _ODD_TEXT)
+  args = {p: draw(_VALUES) for p in params.get(name, ()) if draw(st.booleans()) or draw(st.booleans())}
+  if draw(st.integers(0, 5)) == 0:
+    args[draw(_ODD_TEXT)] = draw(_VALUES)
+  arguments = json.dumps(args, ensure_ascii=False) if draw(st.integers(0, 4)) == 0 else args
+  body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=draw(st.booleans()))
+  mutation = draw(st.integers(0, 7))
+  if mutation == 0:  # nesting far past the limit
+    depth = draw(st.integers(1, 3_000))
+    body = body.replace('"arguments": ', '"arguments": ' + "[" * depth, 1) + "]" * draw(st.integers(0, depth))
+  elif mutation == 1:  # an integer literal past the int-string limit
+    body = body.replace('"arguments": {', '"arguments": {"radius": ' + "7" * draw(st.integers(4_000, 6_000)) + ", ", 1)
+  elif mutation == 2:  # cut anywhere
+    body = body[: draw(st.integers(0, len(body)))]
+  elif mutation == 3:  # a non-ASCII digit anywhere
+    at = draw(st.integers(0, len(body)))
+    body = body[:at] + draw(st.sampled_from(["٣", "²", "５"])) + body[at:]
+  return body
+
+
+@st.composite
+def _assistant_turn(draw, params: dict[str, tuple[str, ...]]) -> str:
+  parts = []
+  for _ in range(draw(st.integers(0, 4))):
+    kind = draw(st.integers(0, 5))
+    if kind == 0:
+      parts.append(draw(_ODD_TEXT))
+    elif kind == 1:
+      parts.append("<think>" + draw(_ODD_TEXT) + draw(st.sampled_from(["</think>", ""])))
+    elif kind == 2:
+      parts.append(draw(st.sampled_from(["Please run ", "Could you ", "I ran x: ", "Check: a in b, ", "###STOP### "]))
+                   + draw(st.sampled_from(sorted(_TEL_PARAMS))) + "(" + draw(_ODD_TEXT) + ")")
+    else:
+      body = draw(_tool_body(params))
+      parts.extend([f"<tool_call>\n{body}\n" + draw(st.sampled_from(["</tool_call>", ""]))] * draw(st.integers(1, 3)))
+  return "".join(parts)
+
+
+def _play(env, turns: list[str]) -> None:
+  for text in turns:
+    result = env.step(text)
+    assert isinstance(result.messages, list) and isinstance(result.reward, float)
+    assert all(isinstance(m["content"], str) and m["role"] in ("tool", "user") for m in result.messages)
+    if result.done:
+      return
+
+
+@given(st.lists(_assistant_turn(_NAV_PARAMS), min_size=1, max_size=4))
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def test_navigation_step_answers_any_turn(turns):
+  _play(_nav_env(), turns)
+
+
+@given(st.lists(_assistant_turn(_TEL_PARAMS), min_size=1, max_size=4))
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def test_telecom_step_answers_any_turn(turns):
+  _play(_tel_env(), turns)
+
+
+@given(_assistant_turn(_NAV_PARAMS), _assistant_turn(_NAV_PARAMS))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def test_navigation_rules_judge_any_turn(first, draft):
+  ctx = _nav_context(draft, history_turn=first)
+  rn.NavigationRuleValidator().judge(ctx)
+  rn.NavigationRuleVerifier().judge(ctx, draft)
+
+
+@given(_assistant_turn(_TEL_PARAMS), _assistant_turn(_TEL_PARAMS))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def test_telecom_rules_judge_any_turn(first, draft):
+  env = _tel_env()
+  env.step(first)
+  validator, verifier = _tel_judges_pair()
+  ctx = _tel_context(draft, env)
+  validator.judge(ctx)
+  verifier.judge(ctx, draft)
+
+
+_STEP_INPUTS = {
+  "thinks": lambda n: ("<think>" * (n // 7 + 1))[:n],
+  "tool_call_openers": lambda n: ("<tool_call>" * (n // 11 + 1))[:n],
+  "letters_then_spaces": lambda n: "a" * (n // 2) + " " * (n // 2),
+  "deep_brackets": lambda n: "[" * n,
+}
+
+
+@pytest.mark.parametrize("make", _STEP_INPUTS.values(), ids=_STEP_INPUTS.keys())
+@pytest.mark.parametrize("where", ["content", "tool_call", "origin", "location", "address"])
+def test_navigation_step_is_linear(make, where):
+  wrap = {"content": lambda s: s, "tool_call": _raw_call,
+          "origin": lambda s: _call("direction", {"origin": s, "destination": s, "waypoints": [s] * 3}),
+          "location": lambda s: _call("around_search", {"location": s, "radius": s, "keyword": s}),
+          "address": lambda s: _call("poi_search", {"address": s, "region": s})}[where]
+  assert_linear(lambda text: _nav_env().step(wrap(text)), make)
