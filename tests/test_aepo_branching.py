@@ -270,14 +270,13 @@ def test_branching_config_rejects_bad_knobs():
 # --- trainer wiring ---------------------------------------------------------------------------
 
 
-def test_trainer_aepo_rolls_out_with_branching_and_counts_it(tmp_path):
-  from models.chat import build_tiny_tokenizer
+@pytest.mark.slow
+def test_trainer_aepo_rolls_out_with_branching_and_counts_it(toy_policy, tmp_path):
   from rti_jax.envs.source import TaskSource
   from rti_jax.trainer import Trainer
-  from trainer_fixtures import WORDS, write_random_qwen
 
-  tok = build_tiny_tokenizer(WORDS, tmp_path / "policy")
-  path = write_random_qwen(tmp_path / "policy", len(tok), seed=0, max_positions=1024)
+  path = toy_policy
+
   class TwoTurnEnv(ToolEchoEnv):
     max_turns = 2
 

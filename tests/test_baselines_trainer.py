@@ -11,36 +11,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen3ForCausalLM
 
 from models.chat import build_tiny_tokenizer
 from rti_jax import baselines
 from rti_jax.config import ConfigError, load_config
 from rti_jax.envs import navigation
 from rti_jax.rollout import Trajectory
-
-
-def _save_random_qwen(path, vocab_size: int, seed: int, hidden: int = 32) -> None:
-  torch.manual_seed(seed)
-  cfg = Qwen3Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
-                    num_attention_heads=2, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True,
-                    max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 1e4})
-  Qwen3ForCausalLM(cfg).save_pretrained(str(path))
+from trainer_fixtures import write_random_qwen
 
 
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-  """A tiny random Navigation policy, a teacher with the same tokenizer, and one with another tokenizer."""
+def dirs(nav_policy, nav_teacher, tmp_path_factory):
+  """A tiny random Navigation policy, a teacher with the same tokenizer (both from tests/conftest.py),
+  and one with another tokenizer."""
   root = tmp_path_factory.mktemp("baselines")
-  out = {}
-  for name, seed, hidden in (("policy", 1, 32), ("teacher", 2, 48)):
-    tok = build_tiny_tokenizer(navigation.vocabulary(), root / name)
-    _save_random_qwen(root / name, len(tok), seed, hidden)
-    out[name] = str(root / name)
   tok = build_tiny_tokenizer(["go", "left", "right"], root / "other")
-  _save_random_qwen(root / "other", len(tok), 3)
-  out["other"] = str(root / "other")
-  return out
+  return {"policy": nav_policy, "teacher": nav_teacher, "other": write_random_qwen(root / "other", len(tok), 3)}
 
 
 def _torch_logits(path: str, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -99,6 +86,7 @@ def _capture_batches(trainer):
   return seen
 
 
+@pytest.mark.slow
 def test_aepo_trainer_feeds_the_sampling_policy_entropy_to_the_loss(dirs, tmp_path):
   from rti_jax.trainer import Trainer
 
@@ -118,6 +106,7 @@ def test_aepo_trainer_feeds_the_sampling_policy_entropy_to_the_loss(dirs, tmp_pa
 # --- OPD: teacher log-probs ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_opd_trainer_feeds_teacher_logprobs_of_the_student_tokens(dirs, tmp_path):
   from rti_jax.trainer import Trainer
 
@@ -250,6 +239,7 @@ def test_luffy_demonstrations_follow_the_policy_format(tmp_path):
     policy_check_line(tmp_path)
 
 
+@pytest.mark.slow
 def test_luffy_trainer_trains_on_oracle_tokens_marked_off_policy(dirs, tmp_path):
   from rti_jax.trainer import Trainer
 

@@ -18,18 +18,12 @@ import pytest
 
 from experiments import delta_sweep, navigation_ablation, navigation_baselines
 from experiments.diagnostics import decision_probe
-from models.chat import build_tiny_tokenizer
 from rti_jax.config import load_config
-from rti_jax.envs import navigation
 from rti_jax.envs.source import TaskSource
 from rti_jax.intervention.judges import Correction, ValidatorJudgement, VerifierJudgement
 from rti_jax.intervention.pipeline import InterventionRoles
 from rti_jax.trainer import Trainer
-from trainer_fixtures import WORDS, LengthRewardEnv, write_random_qwen
-
-
-def _random_qwen(path, vocab_size: int, seed: int, hidden: int = 32, layers: int = 1) -> str:
-  return write_random_qwen(path, vocab_size, seed, hidden=hidden, layers=layers)
+from trainer_fixtures import LengthRewardEnv
 
 
 # --- delta = 0 equals GRPO -------------------------------------------------------------------
@@ -74,13 +68,6 @@ class WriteLeft:
 class AcceptEverything:
   def verify(self, ctxs, texts):
     return [VerifierJudgement(ok=True) for _ in texts]
-
-
-@pytest.fixture(scope="module")
-def toy_policy(tmp_path_factory):
-  path = tmp_path_factory.mktemp("toy_policy")
-  tok = build_tiny_tokenizer(WORDS, path)
-  return _random_qwen(path, len(tok), seed=0, layers=2)
 
 
 def _toy_run(policy: str, run_dir, *extra: str) -> list[dict]:
@@ -154,17 +141,6 @@ def test_ablation_variants_switch_exactly_one_component_each():
 # --- quick paths -----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def nav_policies(tmp_path_factory):
-  """A tiny random Navigation policy and teacher."""
-  root = tmp_path_factory.mktemp("nav")
-  out = {}
-  for name, seed in (("policy", 1), ("teacher", 2)):
-    tok = build_tiny_tokenizer(navigation.vocabulary(), root / name)
-    out[name] = _random_qwen(root / name, len(tok), seed)
-  return out
-
-
 def _tiny(policy: str) -> list[str]:
   return [f"policy.path={policy}", "env.num_train=4", "env.num_test=2", "env.max_turns=2", "rollout.tasks_per_iter=2",
           "rollout.group_size=2", "rollout.max_new_tokens=8", "rollout.max_context=1024", "train.iterations=1", "train.eval_every=1",
@@ -176,10 +152,10 @@ def _results(out) -> dict:
 
 
 @pytest.fixture(scope="module")
-def ablation_out(nav_policies, tmp_path_factory):
+def ablation_out(nav_policy, tmp_path_factory):
   """A quick ablation run's directory (shared by the Table 3 and ``--reuse`` tests)."""
   out = tmp_path_factory.mktemp("ablation")
-  assert navigation_ablation.main(["--quick", "--no-progress", "--out", str(out), *_tiny(nav_policies["policy"])]) == 0
+  assert navigation_ablation.main(["--quick", "--no-progress", "--out", str(out), *_tiny(nav_policy)]) == 0
   return out
 
 
@@ -200,13 +176,13 @@ def test_ablation_quick_writes_table3(ablation_out):
 
 
 @pytest.mark.slow
-def test_reuse_takes_equal_trainings_from_earlier_runs_and_checks_the_base(ablation_out, nav_policies, tmp_path):
+def test_reuse_takes_equal_trainings_from_earlier_runs_and_checks_the_base(ablation_out, nav_policy, tmp_path):
   """The delta sweep's GRPO and delta = inf are the ablation's GRPO and w/o PPL Gating (same resolved config and
   seed): with ``--reuse`` they are taken from there; delta = 3 is trained. A reused run whose stored base
   evaluation differs from this run's is refused."""
   out = tmp_path / "delta"
   argv = ["--quick", "--no-progress", "--out", str(out), "--deltas", "3", "inf", "--reuse", str(ablation_out),
-          *_tiny(nav_policies["policy"])]
+          *_tiny(nav_policy)]
   assert delta_sweep.main(argv) == 0
   res, old = _results(out), _results(ablation_out)
   runs, old_runs = res["runs"]["0"], old["runs"]["0"]
@@ -224,16 +200,16 @@ def test_reuse_takes_equal_trainings_from_earlier_runs_and_checks_the_base(ablat
   (tampered / "results.json").write_text(json.dumps(old))
   with pytest.raises(ValueError, match="base evaluation of seed 0 differs"):
     delta_sweep.main(["--quick", "--no-progress", "--out", str(tmp_path / "delta2"), "--deltas", "inf",
-                      "--reuse", str(tampered), *_tiny(nav_policies["policy"])])
+                      "--reuse", str(tampered), *_tiny(nav_policy)])
   with pytest.raises(ValueError, match="no results.json"):
     delta_sweep.main(["--quick", "--no-progress", "--out", str(tmp_path / "x"), "--reuse", str(tmp_path / "none"),
-                      *_tiny(nav_policies["policy"])])
+                      *_tiny(nav_policy)])
 
 
 @pytest.mark.slow
-def test_delta_sweep_quick_writes_fig3_and_checks_delta0(nav_policies, tmp_path):
+def test_delta_sweep_quick_writes_fig3_and_checks_delta0(nav_policy, tmp_path):
   out = tmp_path / "delta"
-  argv = ["--quick", "--no-progress", "--out", str(out), "--deltas", "0", "inf", *_tiny(nav_policies["policy"])]
+  argv = ["--quick", "--no-progress", "--out", str(out), "--deltas", "0", "inf", *_tiny(nav_policy)]
   assert delta_sweep.main(argv) == 0
   res = _results(out)
   assert [r[0] for r in res["table"]["rows"]] == ["base", "grpo", "delta_0", "delta_inf"]
@@ -242,10 +218,10 @@ def test_delta_sweep_quick_writes_fig3_and_checks_delta0(nav_policies, tmp_path)
 
 
 @pytest.mark.slow
-def test_baselines_quick_prints_table1_rows_for_every_method(nav_policies, tmp_path, capsys):
+def test_baselines_quick_prints_table1_rows_for_every_method(nav_policy, nav_teacher, tmp_path, capsys):
   out = tmp_path / "baselines"
-  argv = ["--quick", "--no-progress", "--out", str(out), "--teacher", nav_policies["teacher"],
-          *_tiny(nav_policies["policy"])]
+  argv = ["--quick", "--no-progress", "--out", str(out), "--teacher", nav_teacher,
+          *_tiny(nav_policy)]
   assert navigation_baselines.main(argv) == 0
   res = _results(out)
   assert [r[0] for r in res["table"]["rows"]] == ["Base policy", "GRPO", "GSPO", "AEPO", "OPD", "LUFFY", "RTI"]
@@ -259,9 +235,9 @@ def test_baselines_quick_prints_table1_rows_for_every_method(nav_policies, tmp_p
 
 
 @pytest.mark.slow
-def test_decision_probe_quick_writes_its_figures(nav_policies, tmp_path, capsys):
+def test_decision_probe_quick_writes_its_figures(nav_policy, tmp_path, capsys):
   out = tmp_path / "probe"
-  argv = ["--quick", "--no-progress", "--out", str(out), *_tiny(nav_policies["policy"]), "env.num_train=12",
+  argv = ["--quick", "--no-progress", "--out", str(out), *_tiny(nav_policy), "env.num_train=12",
           "train.val_tasks=6"]
   assert decision_probe.main(argv) == 0
   rows = [json.loads(line) for line in (out / "probe.jsonl").read_text().splitlines()]
@@ -276,10 +252,10 @@ def test_decision_probe_quick_writes_its_figures(nav_policies, tmp_path, capsys)
   assert "Decision probe" in capsys.readouterr().out
   # The probe reads validation tasks only: without a validation split it refuses to run.
   assert decision_probe.main(["--quick", "--no-progress", "--out", str(tmp_path / "none"),
-                              *_tiny(nav_policies["policy"])]) == 2
+                              *_tiny(nav_policy)]) == 2
   # A policy built with the check line (build.json) is probed after the line, and on the line itself.
   checked = tmp_path / "checked_policy"
-  shutil.copytree(nav_policies["policy"], checked)
+  shutil.copytree(nav_policy, checked)
   (checked / "build.json").write_text('{"check_line": true}')
   out = tmp_path / "probe_checked"
   argv = ["--quick", "--no-progress", "--out", str(out), *_tiny(str(checked)), "env.num_train=12", "train.val_tasks=6"]

@@ -1,8 +1,8 @@
 """The trainer: Algorithm 1 runs end to end, resumes exactly, and switches methods correctly.
 
-A tiny random Qwen3 policy with a small byte-level BPE tokenizer is written by the
-test. A toy one-turn environment whose reward depends on the sampled text gives
-non-zero advantages, so parameters really move and the resume test can fail.
+A tiny random Qwen3 policy with a small byte-level BPE tokenizer (``toy_policy`` in
+tests/conftest.py) is trained; a toy one-turn environment whose reward depends on the sampled
+text gives non-zero advantages, so parameters really move and the resume test can fail.
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ import numpy as np
 import pytest
 from transformers import Qwen3ForCausalLM
 
-from models.chat import build_tiny_tokenizer
 from rti_jax import reporting
 from rti_jax.config import load_config
 from rti_jax.envs.source import TaskSource
 from rti_jax.shapes import UPDATE_BUCKETS, bucket_length
 from rti_jax.trainer import TIMING_KEYS, Trainer, resolve_mesh_shape
-from trainer_fixtures import WORDS, LengthRewardEnv, write_random_qwen
+from trainer_fixtures import LengthRewardEnv
 
 LR = 0.01  # the toy runs' learning rate
 
@@ -30,21 +29,14 @@ class ParityEnv(LengthRewardEnv):
   modulus = 2
 
 
-@pytest.fixture(scope="module")
-def policy_dir(tmp_path_factory):
-  path = tmp_path_factory.mktemp("policy")
-  tok = build_tiny_tokenizer(WORDS, path)
-  return write_random_qwen(path, len(tok), seed=0, layers=2, heads=4, kv_heads=2, head_dim=8, max_positions=1024)
-
-
 def _toy_source():
   return TaskSource(train=list(range(12)), test=list(range(100, 104)), env_factory=ParityEnv,
                     task_id=str, subsets={"even_task": lambda t: t % 2 == 0}, domain="navigation")
 
 
-def _cfg(policy_dir, *extra):
+def _cfg(policy, *extra):
   return load_config("navigation", [
-      f"policy.path={policy_dir}", "loss.method=grpo", "rollout.tasks_per_iter=2", "rollout.group_size=4",
+      f"policy.path={policy}", "loss.method=grpo", "rollout.tasks_per_iter=2", "rollout.group_size=4",
       "rollout.max_new_tokens=6", "rollout.max_context=128", "train.iterations=3", "train.checkpoint_every=1",
       f"optim.lr={LR}", "train.eval_every=100", "train.val_tasks=0", *extra])
 
@@ -53,24 +45,25 @@ def _strip(records):
   return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
 
 
-def test_killed_and_resumed_run_equals_uninterrupted_run(policy_dir, tmp_path):
-  full = Trainer(_cfg(policy_dir), tmp_path / "full", source=_toy_source(), progress=False).train()
+@pytest.mark.slow
+def test_killed_and_resumed_run_equals_uninterrupted_run(toy_policy, tmp_path):
+  full = Trainer(_cfg(toy_policy), tmp_path / "full", source=_toy_source(), progress=False).train()
   assert len(full) == 3
   # The run really learns something: non-zero advantages, gradients and parameter updates.
   assert all(r["grad_norm"] > 0 for r in full)
   assert len({round(r["grad_norm"], 6) for r in full}) == 3  # on-policy GRPO loss is 0 at ratio 1; grads are not
 
-  first = Trainer(_cfg(policy_dir), tmp_path / "cut", source=_toy_source(), progress=False)
+  first = Trainer(_cfg(toy_policy), tmp_path / "cut", source=_toy_source(), progress=False)
   first.train(stop_after=2)  # "killed" after two iterations (checkpointed every iteration)
-  resumed = Trainer(_cfg(policy_dir), tmp_path / "cut", source=_toy_source(), progress=False)
+  resumed = Trainer(_cfg(toy_policy), tmp_path / "cut", source=_toy_source(), progress=False)
   records = resumed.train()
   assert resumed.iteration == 3
   assert _strip(records) == _strip(full)
   assert _strip(reporting.read_jsonl(tmp_path / "cut" / "metrics.jsonl")) == _strip(full)
 
 
-def test_grpo_never_intervenes_and_metrics_are_complete(policy_dir, tmp_path):
-  recs = Trainer(_cfg(policy_dir, "train.iterations=1"), tmp_path / "g", source=_toy_source(),
+def test_grpo_never_intervenes_and_metrics_are_complete(toy_policy, tmp_path):
+  recs = Trainer(_cfg(toy_policy, "train.iterations=1"), tmp_path / "g", source=_toy_source(),
                  progress=False).train()
   r = recs[0]
   assert r["rti/groups_triggered"] == 0 and r["rti/trajectories_intervened"] == 0
@@ -80,15 +73,13 @@ def test_grpo_never_intervenes_and_metrics_are_complete(policy_dir, tmp_path):
   assert 0.0 <= r["all_fail_group_frac"] <= 1.0
 
 
-def test_rti_on_navigation_triggers_intervention_for_all_fail_groups(tmp_path):
+@pytest.mark.slow
+def test_rti_on_navigation_triggers_intervention_for_all_fail_groups(nav_policy, tmp_path):
   """A random policy fails every Navigation task: every group triggers the intervention pipeline."""
-  from rti_jax.envs import navigation
+  from transformers import AutoTokenizer
 
-  path = tmp_path / "nav_policy"
-  tok = build_tiny_tokenizer(navigation.vocabulary(), path)
-  write_random_qwen(path, len(tok), seed=1)
   exp = load_config("navigation", [
-      f"policy.path={path}", "loss.method=rti", "rollout.tasks_per_iter=2", "rollout.group_size=2",
+      f"policy.path={nav_policy}", "loss.method=rti", "rollout.tasks_per_iter=2", "rollout.group_size=2",
       "rollout.max_new_tokens=8", "train.iterations=1", "env.num_train=8", "env.num_test=4", "env.max_turns=2",
       "train.val_tasks=0"])
   trainer = Trainer(exp, tmp_path / "run", progress=False)
@@ -100,7 +91,7 @@ def test_rti_on_navigation_triggers_intervention_for_all_fail_groups(tmp_path):
   assert ev["all"]["p@1"] == 0.0 and np.asarray(ev["successes"]).shape == (2, 2)
   trainer.export(tmp_path / "hf")
   reloaded = Qwen3ForCausalLM.from_pretrained(str(tmp_path / "hf"))
-  assert reloaded.config.vocab_size == len(tok)
+  assert reloaded.config.vocab_size == len(AutoTokenizer.from_pretrained(nav_policy))
 
 
 def test_bucket_length_and_mesh_shape():
@@ -140,13 +131,14 @@ def test_length_chunks_sort_cut_and_pad_rows():
     length_chunks(batch, 3, bucket)
 
 
-def test_length_chunked_update_equals_the_single_batch_update(policy_dir, tmp_path):
+@pytest.mark.slow
+def test_length_chunked_update_equals_the_single_batch_update(toy_policy, tmp_path):
   import jax
 
   runs = {}
   for beta in (0.0, 0.1):  # without and with the KL term (its reference log-probs are taken per chunk)
     for n in (1, 4):
-      tr = Trainer(_cfg(policy_dir, "train.iterations=2", f"optim.length_chunks={n}", f"loss.beta={beta}"),
+      tr = Trainer(_cfg(toy_policy, "train.iterations=2", f"optim.length_chunks={n}", f"loss.beta={beta}"),
                    tmp_path / f"c{n}b{beta}", source=_toy_source(), progress=False)
       runs[beta, n] = (tr.train(), jax.tree.leaves(tr.state.params))
   # The loss and the gradient norm are sums in a different order: equal up to fp32 rounding.
@@ -168,12 +160,12 @@ def test_length_chunked_update_equals_the_single_batch_update(policy_dir, tmp_pa
                            for x, y in zip(runs[beta, 1][1], runs[beta, 4][1])])
     assert diff.max() <= 0.1 * LR and diff.mean() <= 1e-4 * LR, (beta, diff.max() / LR, diff.mean() / LR)
   # 3 does not divide the 8 rows: the largest count below it that does (2) is used
-  r3 = Trainer(_cfg(policy_dir, "train.iterations=1", "optim.length_chunks=3", "loss.beta=0"), tmp_path / "c3",
+  r3 = Trainer(_cfg(toy_policy, "train.iterations=1", "optim.length_chunks=3", "loss.beta=0"), tmp_path / "c3",
                source=_toy_source(), progress=False).train()
   assert r3[0]["grad_norm"] == pytest.approx(r1[0]["grad_norm"], rel=1e-4)
 
 
-def test_validation_split_is_kept_out_of_rollouts_and_monitored(policy_dir, tmp_path):
+def test_validation_split_is_kept_out_of_rollouts_and_monitored(toy_policy, tmp_path):
   """train.val_tasks: the last N train tasks are never rolled out in training; they are the
   periodic evaluation; the test split is untouched by training."""
   seen: list[int] = []
@@ -185,7 +177,7 @@ def test_validation_split_is_kept_out_of_rollouts_and_monitored(policy_dir, tmp_
 
   src = _toy_source()
   src.env_factory = Spy
-  tr = Trainer(_cfg(policy_dir, "train.val_tasks=4", "train.iterations=4", "train.eval_every=2",
+  tr = Trainer(_cfg(toy_policy, "train.val_tasks=4", "train.iterations=4", "train.eval_every=2",
                     "train.eval_samples=2"), tmp_path / "v", source=src, progress=False)
   assert tr.val == [8, 9, 10, 11] and list(tr.source.train) == list(range(8))
   assert tr.monitor_tasks() == [8, 9, 10, 11]
@@ -199,22 +191,22 @@ def test_validation_split_is_kept_out_of_rollouts_and_monitored(policy_dir, tmp_
   train_seen = [t for t in seen if t < 8]
   assert set(train_seen) == set(range(8))
   # Without a validation split, monitoring falls back to the first train.eval_tasks test tasks.
-  plain = Trainer(_cfg(policy_dir, "train.eval_tasks=2"), tmp_path / "p", source=_toy_source(), progress=False)
+  plain = Trainer(_cfg(toy_policy, "train.eval_tasks=2"), tmp_path / "p", source=_toy_source(), progress=False)
   assert plain.val == [] and plain.monitor_tasks() == [100, 101]
 
 
-def test_rl_exclude_keeps_listed_tasks_out_of_rollouts_but_not_out_of_validation(policy_dir, tmp_path):
+def test_rl_exclude_keeps_listed_tasks_out_of_rollouts_but_not_out_of_validation(toy_policy, tmp_path):
   """TaskSource.rl_exclude (``env.rl_exclude_listed`` on Navigation) drops train tasks from RL
   rollouts after the validation split, which it leaves alone; a filter that leaves nothing is named."""
   src = _toy_source()
   src.rl_exclude = lambda t: t % 3 == 0
-  tr = Trainer(_cfg(policy_dir, "train.val_tasks=3"), tmp_path / "x", source=src, progress=False)
+  tr = Trainer(_cfg(toy_policy, "train.val_tasks=3"), tmp_path / "x", source=src, progress=False)
   assert tr.val == [9, 10, 11] and list(tr.source.train) == [1, 2, 4, 5, 7, 8]
   assert sorted({t for _ in range(4) for t in tr.next_tasks()}) == [1, 2, 4, 5, 7, 8]
   src = _toy_source()
   src.rl_exclude = lambda t: True
   with pytest.raises(ValueError, match="rl_exclude_listed"):
-    Trainer(_cfg(policy_dir), tmp_path / "y", source=src, progress=False)
+    Trainer(_cfg(toy_policy), tmp_path / "y", source=src, progress=False)
 
 
 def test_navigation_source_rl_exclude_listed_option():

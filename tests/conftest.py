@@ -1,0 +1,58 @@
+"""Shared test set-up: how XLA compiles the tests' programs, and the tiny random policies that
+several test files train or roll out.
+
+The tests compile thousands of tiny programs that each run for milliseconds, so XLA's LLVM
+optimisation passes cost more than they save: ``jax_disable_most_optimizations`` turns them off
+(the HLO programs are the same; only the machine code generated from them is less tuned).
+``JAX_DISABLE_MOST_OPTIMIZATIONS=0`` in the environment runs the tests with full optimisation.
+The variable is set in the environment, not only in jax's config, so that the subprocesses some
+tests start compile the same way.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+if os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] == "1":  # jax may have read the variable before it was set
+  jax.config.update("jax_disable_most_optimizations", True)
+
+
+@pytest.fixture(scope="session")
+def toy_policy(tmp_path_factory) -> str:
+  """A random tied-embedding Qwen3 (2 layers, 4 query / 2 kv heads of dim 8) over the toy words of
+  ``trainer_fixtures.WORDS``, for the toy environments; the path of its checkpoint and tokenizer."""
+  from models.chat import build_tiny_tokenizer
+  from trainer_fixtures import WORDS, write_random_qwen
+
+  path = tmp_path_factory.mktemp("toy_policy")
+  tok = build_tiny_tokenizer(WORDS, path)
+  return write_random_qwen(path, len(tok), seed=0, layers=2, heads=4, kv_heads=2, head_dim=8, max_positions=1024)
+
+
+@pytest.fixture(scope="session")
+def nav_policy(tmp_path_factory) -> str:
+  """A random 1-layer Qwen3 over the Navigation vocabulary (it fails every Navigation task)."""
+  from models.chat import build_tiny_tokenizer
+  from rti_jax.envs import navigation
+  from trainer_fixtures import write_random_qwen
+
+  path = tmp_path_factory.mktemp("nav_policy")
+  tok = build_tiny_tokenizer(navigation.vocabulary(), path)
+  return write_random_qwen(path, len(tok), seed=1)
+
+
+@pytest.fixture(scope="session")
+def nav_teacher(tmp_path_factory) -> str:
+  """Another random Qwen3 with ``nav_policy``'s tokenizer and a wider hidden size (an OPD teacher)."""
+  from models.chat import build_tiny_tokenizer
+  from rti_jax.envs import navigation
+  from trainer_fixtures import write_random_qwen
+
+  path = tmp_path_factory.mktemp("nav_teacher")
+  tok = build_tiny_tokenizer(navigation.vocabulary(), path)
+  return write_random_qwen(path, len(tok), seed=2, hidden=48)
