@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from rti_jax.envs.navigation import NavigationEnv, load_benchmark
 from rti_jax.envs.navigation import tools as nav_tools
+from rti_jax.envs.navigation import vocab as nav_vocab
 from rti_jax.envs.navigation.world import normalize_location, parse_location, without_label
 from rti_jax.envs.tool_calls import MAX_JSON_DEPTH, ToolCall, parse_assistant_turn, strip_think
 
@@ -65,7 +66,7 @@ def test_deeply_nested_call_is_a_parse_error_not_a_recursion_error():
   deep = '{"name": "poi_search", "arguments": {"address": ' + "[" * 100_000 + "]" * 100_000 + "}}"
   turn = parse_assistant_turn(_raw_call(deep))
   assert not turn.tool_calls and len(turn.errors) == 1
-  assert f"nested deeper than {MAX_JSON_DEPTH} levels" in turn.errors[0]
+  assert f"more than {MAX_JSON_DEPTH} array or object one within another" in turn.errors[0]
   # Nesting within the limit still parses; brackets inside strings do not count.
   ok = {"name": "poi_search", "arguments": {"address": "[" * 5_000, "x": [[[[1]]]]}}
   assert parse_assistant_turn(_raw_call(json.dumps(ok))).tool_calls == (ToolCall("poi_search", ok["arguments"]),)
@@ -76,9 +77,16 @@ def test_deeply_nested_call_is_a_parse_error_not_a_recursion_error():
 
 def test_huge_integer_literal_is_a_parse_error_not_a_value_error():
   turn = parse_assistant_turn(_raw_call('{"name": "around_search", "arguments": {"radius": ' + "9" * 5_000 + "}}"))
-  assert not turn.tool_calls and "integer literal is too long" in turn.errors[0]
+  assert not turn.tool_calls and "an integer not within the int limit" in turn.errors[0]
   big_in_string = json.dumps({"name": "x", "arguments": '{"radius": ' + "9" * 5_000 + "}"})
   assert "not JSON" in parse_assistant_turn(_raw_call(big_in_string)).errors[0]
+
+
+def test_parse_errors_use_navigation_words():
+  vocabulary = set(nav_vocab.vocabulary())
+  for body in ['{"name": "x", "arguments": ' + "[" * 40, '{"name": "x", "arguments": {"a": ' + "9" * 5_000 + "}}"]:
+    error = parse_assistant_turn(_raw_call(body)).errors[0]
+    assert set(nav_vocab.tokenize_words(f"error: malformed tool call: {error}")) <= vocabulary
 
 
 def test_strip_think_matches_the_lazy_regex():

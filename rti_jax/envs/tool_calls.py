@@ -99,18 +99,20 @@ def loads_json(text: str, what: str = "tool call") -> tuple[Any, str]:
   """``(value, "")`` for a JSON document, else ``(None, message)``; never raises.
 
   Rejected: invalid JSON, nesting deeper than ``MAX_JSON_DEPTH``, an integer literal over
-  Python's int-string limit (``ValueError``), anything that still exhausts the stack.
+  Python's int-string limit (``ValueError``), anything that still exhausts the stack. The
+  messages use only words of the Navigation vocabulary (``envs.navigation.vocab``).
   """
+  too_deep = f"{what} is not valid JSON (more than {MAX_JSON_DEPTH} array or object one within another): {text[:200]!r}"
   if text.count("{") + text.count("[") > MAX_JSON_DEPTH and json_nesting_exceeds(text) is not None:
-    return None, f"{what} is nested deeper than {MAX_JSON_DEPTH} levels: {text[:200]!r}"
+    return None, too_deep
   try:
     return json.loads(text), ""
   except json.JSONDecodeError as e:
     return None, f"{what} is not valid JSON ({e.msg} at char {e.pos}): {text[:200]!r}"
   except ValueError:  # int("9" * 5000): past sys.get_int_max_str_digits()
-    return None, f"{what} is not valid JSON (an integer literal is too long): {text[:200]!r}"
+    return None, f"{what} is not valid JSON (an integer not within the int limit): {text[:200]!r}"
   except RecursionError:
-    return None, f"{what} is nested too deeply: {text[:200]!r}"
+    return None, too_deep
 
 
 @dataclasses.dataclass(frozen=True)
