@@ -153,7 +153,7 @@ def server():
   """Yields (state, url) of a fake SGLang server over a BigramBackend on 127.0.0.1."""
   state = FakeSGLang(BigramBackend(vocab_size=64, seed=3))
   httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-  thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+  thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)  # quick shutdown
   thread.start()
   yield state, f"http://127.0.0.1:{httpd.server_address[1]}"
   httpd.shutdown()
@@ -276,7 +276,7 @@ def test_http_backend_over_the_jax_backend():
   backend = JaxBackend(Qwen(cfg, rngs=nnx.Rngs(0)), max_cache_len=64)
   state = FakeSGLang(backend)
   httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-  threading.Thread(target=httpd.serve_forever, daemon=True).start()
+  threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
   try:
     client = _client(f"http://127.0.0.1:{httpd.server_address[1]}")
     prompts = [[3, 4, 5], [9, 1, 2]]
