@@ -298,10 +298,12 @@ def test_rule_coordinates_need_ascii_digits():
 
 
 def _nav_context(draft: str, history_turn: str | None = None) -> StepContext:
+  """Step k after a turn that searched every stop (so the claim checks read results) and ``history_turn``."""
   bench = _bench()
-  env = NavigationEnv(bench.world)
-  messages = env.reset(bench.train[0])
-  if history_turn is not None:
+  env = NavigationEnv(bench.world, max_turns=4)
+  env.reset(bench.train[0])
+  env.step("".join(_call("poi_search", {"address": stop.name}) for stop in bench.train[0].stops))
+  if history_turn is not None and not env.transcript.done:
     env.step(history_turn)
   return StepContext(user_query=bench.train[0].query, history=tuple(env.transcript.messages[1:]), draft=draft,
                      tools=tuple(env.tool_schemas()), evidence=env.reward_evidence(), domain="navigation")
