@@ -56,3 +56,14 @@ def nav_teacher(tmp_path_factory) -> str:
   path = tmp_path_factory.mktemp("nav_teacher")
   tok = build_tiny_tokenizer(navigation.vocabulary(), path)
   return write_random_qwen(path, len(tok), seed=2, hidden=48)
+
+
+@pytest.fixture(scope="module")
+def optimised_xla():
+  """Full XLA optimisation for a test module whose programs run long loops (the theory simulations),
+  where the run time of the compiled code outweighs its compile time: such a module says
+  ``pytestmark = pytest.mark.usefixtures("optimised_xla")``."""
+  before = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", False)
+  yield
+  jax.config.update("jax_disable_most_optimizations", before)

@@ -15,6 +15,7 @@ import pytest
 from rti_jax import metrics
 from rti_jax.theory import tabular as TB
 
+pytestmark = pytest.mark.usefixtures("optimised_xla")  # long simulation loops: see tests/conftest.py
 WORLD = TB.TabularWorld()
 
 

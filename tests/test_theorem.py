@@ -13,6 +13,7 @@ import pytest
 
 from rti_jax.theory import theorem as T
 
+pytestmark = pytest.mark.usefixtures("optimised_xla")  # long simulation loops: see tests/conftest.py
 P = np.array([0.9, 0.5, 0.3, 0.1])
 MU = 1.0
 SEEDS = 16  # one n_seeds everywhere: one compilation of the simulator for the whole file
