@@ -7,6 +7,11 @@ optimisation passes cost more than they save: ``jax_disable_most_optimizations``
 ``JAX_DISABLE_MOST_OPTIMIZATIONS=0`` in the environment runs the tests with full optimisation.
 The variable is set in the environment, not only in jax's config, so that the subprocesses some
 tests start compile the same way.
+
+Compiled programs are also kept between runs, in pytest's cache directory
+(``.pytest_cache/d/jax_compilation_cache``, at most 1 GiB): a second run of the same tests loads
+them instead of compiling again. ``pytest --cache-clear`` empties it, ``-p no:cacheprovider`` runs
+without it, and ``JAX_COMPILATION_CACHE_DIR`` in the environment puts it elsewhere.
 """
 
 from __future__ import annotations
@@ -20,6 +25,16 @@ import pytest  # noqa: E402
 
 if os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] == "1":  # jax may have read the variable before it was set
   jax.config.update("jax_disable_most_optimizations", True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+  cache = getattr(config, "cache", None)  # None with -p no:cacheprovider
+  if cache is None or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    return
+  jax.config.update("jax_compilation_cache_dir", str(cache.mkdir("jax_compilation_cache")))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # the tests' programs compile in ms
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+  jax.config.update("jax_compilation_cache_max_size", 1 << 30)  # least recently used entries go first
 
 
 @pytest.fixture(scope="session")

@@ -29,24 +29,6 @@ from trainer_fixtures import LengthRewardEnv
 # --- delta = 0 equals GRPO -------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module", autouse=True)
-def shared_compilation_cache(tmp_path_factory):
-  """The experiments build many same-shape trainers; a module-local persistent compilation
-  cache lets them share compiled steps (restored to the previous settings afterwards)."""
-  import jax
-  from jax.experimental.compilation_cache import compilation_cache
-
-  keys = {"jax_compilation_cache_dir": str(tmp_path_factory.mktemp("jax_cache")),
-          "jax_persistent_cache_min_compile_time_secs": 0.0, "jax_persistent_cache_min_entry_size_bytes": -1}
-  old = {k: getattr(jax.config, k) for k in keys}
-  for k, v in keys.items():
-    jax.config.update(k, v)
-  yield
-  for k, v in old.items():
-    jax.config.update(k, v)
-  compilation_cache.reset_cache()
-
-
 class Mod4Env(LengthRewardEnv):
   """One turn; reward 1 iff the reply's length is a multiple of 4 (so about a third of G=4 groups all fail)."""
 
