@@ -20,21 +20,20 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import re
-import string
-from importlib import resources
 from typing import Any, Protocol, Sequence
 
 import numpy as np
 
 from rti_jax.envs.tool_calls import MAX_JSON_DEPTH, json_nesting_depths, loads_json, strip_think
 from rti_jax.generation.base import GenerationBackend, SamplingParams
+from rti_jax.intervention.prompting import (DOMAINS, _as_str, _check_domain, corrector_prompt, feedback_message,  # noqa: F401
+                                            history_json, load_template, render, tools_json, validator_prompt,
+                                            verifier_prompt)
 
 Message = dict[str, Any]
 
-DOMAINS = ("navigation", "telecom", "retail", "airline")
 
 
 # --- data -------------------------------------------------------------------------------
@@ -225,10 +224,6 @@ def _as_str_tuple(value: Any) -> tuple[str, ...]:
   return (str(value),)
 
 
-def _as_str(value: Any) -> str:
-  if value is None:
-    return ""
-  return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def parse_validator(text: str) -> ValidatorJudgement:
@@ -287,125 +282,6 @@ def parse_corrector(text: str) -> tuple[str, list[dict[str, Any]], str] | None:
   if not calls and not content.strip():
     return None
   return reasoning, calls, content
-
-
-# --- templates -------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=None)
-def load_template(name: str) -> string.Template:
-  """A prompt template from ``prompts/<name>.txt`` (``$placeholders``)."""
-  path = resources.files("rti_jax.intervention") / "prompts" / f"{name}.txt"
-  if not path.is_file():
-    raise FileNotFoundError(f"name: no prompt template {name!r} at {path}")
-  return string.Template(path.read_text(encoding="utf-8"))
-
-
-def render(name: str, **values: Any) -> str:
-  """Renders template ``name``; a missing placeholder value raises ``KeyError`` naming it."""
-  tpl = load_template(name)
-  try:
-    return tpl.substitute({k: _as_str(v) for k, v in values.items()})
-  except KeyError as e:
-    raise KeyError(f"template {name!r}: no value for placeholder {e.args[0]!r}") from None
-
-
-def _domain_block(domain: str, role: str, evidence: dict[str, Any]) -> str:
-  if domain == "navigation":
-    return ""
-  text = load_template(f"tau2_domain_{domain}").template
-  sections = dict(re.findall(r"### (\w+)\n(.*?)(?=\n### |\Z)", text, re.DOTALL))
-  block = sections.get(role, "").strip()
-  return string.Template(block).safe_substitute(
-    user_side_tools=json.dumps(list(evidence.get("user_side_tools", [])), ensure_ascii=False),
-    agent_side_tools=json.dumps(list(evidence.get("agent_side_tools", [])), ensure_ascii=False),
-  )
-
-
-def history_json(history: Sequence[Message]) -> str:
-  """The observable history as a JSON list of ``{role, content}``."""
-  return json.dumps([{"role": m.get("role"), "content": m.get("content")} for m in history], ensure_ascii=False, indent=1)
-
-
-def tools_json(tools: Sequence[dict[str, Any]]) -> str:
-  return json.dumps(list(tools), ensure_ascii=False)
-
-
-def _nav_reference(evidence: dict[str, Any]) -> dict[str, str]:
-  return {
-    "order": _as_str(evidence.get("order_level", evidence.get("order", ""))),
-    "ref": _as_str(evidence.get("ref", evidence.get("places", ""))),
-    "gt": _as_str(evidence.get("groundtruth", evidence.get("route", evidence.get("gt", "")))),
-  }
-
-
-def _tau2_reference(evidence: dict[str, Any]) -> dict[str, str]:
-  user_actions = evidence.get("user_actions")
-  block = ""
-  if user_actions:
-    block = "User-side actions (the agent must guide the user to perform these on their device):\n" + _as_str(user_actions)
-  return {
-    "completion_note": _as_str(evidence.get("completion_note", "every required action is done")),
-    "agent_actions": _as_str(evidence.get("agent_actions", evidence.get("actions", []))),
-    "user_actions_block": block,
-    "evaluation_criteria": _as_str(evidence.get("evaluation_criteria", evidence)),
-  }
-
-
-def validator_prompt(ctx: StepContext) -> str:
-  """The Validator prompt (App. A.1) for ``ctx.domain``."""
-  if ctx.domain == "navigation":
-    return render(
-      "navigation_validator", history_json=history_json(ctx.history), response_text=ctx.draft, **_nav_reference(ctx.evidence)
-    )
-  _check_domain(ctx.domain)
-  return render(
-    "tau2_validator",
-    history_json=history_json(ctx.history),
-    response_text=json.dumps({"response": ctx.draft}, ensure_ascii=False),
-    domain_rule=_domain_block(ctx.domain, "validator", ctx.evidence) or "(no domain-specific rule)",
-    **_tau2_reference(ctx.evidence),
-  )
-
-
-def corrector_prompt(ctx: StepContext, judgement: ValidatorJudgement) -> str:
-  """The Corrector prompt (App. A.1: history, tools, evidence, prior draft, feedback)."""
-  feedback = json.dumps(
-    {"error_types": list(judgement.error_types), "diagnosis": judgement.diagnosis, "suggest_next": judgement.suggest_next},
-    ensure_ascii=False,
-  )
-  common = dict(history=history_json(ctx.history), tools=tools_json(ctx.tools), original_response=ctx.draft, feedback_json=feedback)
-  if ctx.domain == "navigation":
-    return render("navigation_corrector", **common, **_nav_reference(ctx.evidence))
-  _check_domain(ctx.domain)
-  ref = _tau2_reference(ctx.evidence)
-  return render(
-    "tau2_corrector",
-    **common,
-    evaluation_criteria=ref["evaluation_criteria"],
-    domain_rule=_domain_block(ctx.domain, "corrector", ctx.evidence),
-  )
-
-
-def verifier_prompt(ctx: StepContext, corrected: str) -> str:
-  """The Verifier prompt (App. A.1: visible info, prior draft, calibrated reply)."""
-  common = dict(
-    user_prompt=ctx.user_query, tools=tools_json(ctx.tools), history=history_json(ctx.history), original=ctx.draft, corrected=corrected
-  )
-  if ctx.domain == "navigation":
-    return render("navigation_verifier", **common)
-  _check_domain(ctx.domain)
-  return render("tau2_verifier", **common, evaluation_criteria=_tau2_reference(ctx.evidence)["evaluation_criteria"])
-
-
-def feedback_message(judgement: ValidatorJudgement) -> str:
-  """The validator feedback that turns the rollout prompt into the correction prompt p_cal."""
-  return render("correction_feedback", diagnosis=judgement.diagnosis or "-", suggest_next=judgement.suggest_next or "-")
-
-
-def _check_domain(domain: str) -> None:
-  if domain not in DOMAINS:
-    raise ValueError(f"domain: expected one of {DOMAINS}, got {domain!r}")
 
 
 # --- LLM-backed roles -------------------------------------------------------------------------
