@@ -127,7 +127,8 @@ class LossConfig:
   dual_clip: Optional[float] = _LOSS.dual_clip
   beta: float = _LOSS.beta  # KL coefficient (Eq. 2)
   kl_kind: str = _LOSS.kl_kind
-  aggregation: Optional[str] = _LOSS.agg  # None: the method's own (objectives.LossConfig.agg)
+  aggregation: Optional[str] = _LOSS.agg  # None: the method's own (objectives.LossConfig.agg); docs/objectives.md
+  agg_norm: Optional[float] = _LOSS.agg_norm  # the constant of seq-mean-token-sum-norm / dr-grpo (None: padded length)
   adv_std: str = inspect.signature(objectives.assemble_batch).parameters["advantage_std"].default  # (Eq. 1)
 
 
@@ -323,7 +324,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
 _RUNTIME_KEYS: dict[str, dict[str, str]] = {
     "LossConfig": {"name": "loss.method", "clip_low": "loss.clip_low", "clip_high": "loss.clip_high",
                    "dual_clip": "loss.dual_clip", "eps_cal": "intervention.eps_cal", "beta": "loss.beta",
-                   "kl_kind": "loss.kl_kind", "agg": "loss.aggregation",
+                   "kl_kind": "loss.kl_kind", "agg": "loss.aggregation", "agg_norm": "loss.agg_norm",
                    "gspo_clip_low": "baselines.gspo_clip_low", "gspo_clip_high": "baselines.gspo_clip_high",
                    "luffy_gamma": "baselines.luffy_gamma", "opd_coef": "baselines.opd_coef",
                    "aepo_alpha": "baselines.aepo_alpha"},
@@ -352,7 +353,7 @@ def loss_config(cfg: ExperimentConfig) -> objectives.LossConfig:
   return _build(objectives.LossConfig, name=cfg.loss.method, clip_low=cfg.loss.clip_low,
                 clip_high=cfg.loss.clip_high, dual_clip=cfg.loss.dual_clip, eps_cal=cfg.intervention.eps_cal,
                 beta=cfg.loss.beta, kl_kind=cfg.loss.kl_kind, agg=cfg.loss.aggregation,
-                gspo_clip_low=b.gspo_clip_low, gspo_clip_high=b.gspo_clip_high, luffy_gamma=b.luffy_gamma,
+                agg_norm=cfg.loss.agg_norm, gspo_clip_low=b.gspo_clip_low, gspo_clip_high=b.gspo_clip_high, luffy_gamma=b.luffy_gamma,
                 opd_coef=b.opd_coef, aepo_alpha=b.aepo_alpha)
 
 

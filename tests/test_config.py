@@ -45,6 +45,8 @@ def test_overrides_win_and_inf_delta_parses():
         ("loss.dual_clip=0.5", "loss.dual_clip"),
         ("loss.beta=-0.1", "loss.beta"),
         ("loss.aggregation=sum", "loss.aggregation"),
+        ("loss.agg_norm=0", "loss.agg_norm"),
+        ("loss.agg_norm=nan", "loss.agg_norm"),
         ("intervention.eps_cal=0", "intervention.eps_cal"),
         ("intervention.max_attempts=0", "intervention.max_attempts"),
         ("baselines.luffy_gamma=0", "baselines.luffy_gamma"),

@@ -86,9 +86,12 @@ def np_aggregate(x: np.ndarray, m: np.ndarray, mode: str, norm=None) -> float:
         rows.append(sum(vals) / len(vals))
       elif mode == "seq-mean-token-sum":
         rows.append(sum(vals))
-      elif mode == "seq-mean-token-sum-norm":
+      elif mode == "dr-grpo":
         rows.append(sum(vals) / (t if norm is None else norm))
   if mode == "token-mean":
+    return total / tokens if tokens else 0.0
+  if mode == "seq-mean-token-sum-norm":  # verl: the batch's token sum over the constant alone
+    return total / (t if norm is None else norm)
     return total / tokens if tokens else 0.0
   return sum(rows) / len(rows) if rows else 0.0
 
@@ -314,7 +317,31 @@ def test_aggregate_parts_accumulate_exactly_over_micro_batches(mode) -> None:
   m[5] = 0
   full = float(O.aggregate(x, m, mode))
   nums, dens = zip(*[O.aggregate_parts(x[s:s + 2], m[s:s + 2], mode, norm=6.0) for s in range(0, 8, 2)])
-  np.testing.assert_allclose(float(sum(nums)) / float(sum(dens)), full, rtol=1e-6)
+  np.testing.assert_allclose(float(sum(nums)) / max(float(sum(dens)), 1.0), full, rtol=1e-6)
+
+
+def test_aggregation_names_mean_what_verl_and_trl_mean() -> None:
+  """verl's ``loss_agg_mode`` and TRL's ``loss_type`` formulas, written out in torch."""
+  torch = pytest.importorskip("torch")
+  rng = np.random.default_rng(11)
+  x = rng.normal(size=(6, 9)).astype(np.float32)
+  m = (rng.random((6, 9)) < 0.7).astype(np.float32)
+  m[:, 0] = 1.0  # every row counts at least one token (verl and TRL average over all rows)
+  lt, mt = torch.tensor(x), torch.tensor(m)
+  seq_sum = (lt * mt).sum(-1)
+  reference = {
+      "token-mean": (lt * mt).sum() / mt.sum(),                    # verl token-mean, TRL "dapo"/"bnpo"
+      "seq-mean-token-mean": (seq_sum / mt.sum(-1)).mean(),        # verl, TRL "grpo"
+      "seq-mean-token-sum": seq_sum.mean(),                        # verl
+      "seq-mean-token-sum-norm": seq_sum.sum() / mt.shape[-1],     # verl: / response length only
+      "dr-grpo": (lt * mt).sum() / (lt.shape[0] * mt.shape[-1]),   # TRL "dr_grpo": / (B * max length)
+  }
+  assert set(reference) == set(O.AGG_MODES)
+  for mode, want in reference.items():
+    np.testing.assert_allclose(float(O.aggregate(x, m, mode)), float(want), rtol=1e-6, err_msg=mode)
+  # The two length-free modes differ by exactly the row count.
+  np.testing.assert_allclose(float(O.aggregate(x, m, "seq-mean-token-sum-norm")),
+                             6 * float(O.aggregate(x, m, "dr-grpo")), rtol=1e-6)
 
 
 def test_fully_masked_rows_contribute_nothing_and_give_no_nan() -> None:
@@ -631,7 +658,7 @@ def test_jit_and_eager_agree() -> None:
       "luffy": lambda *x: O.luffy_loss(*x, b.intervened_mask),
       "aepo": lambda *x: O.aepo_loss(*x, entropy=b.entropy),
       "surrogate": lambda l, o, a, m: O.clipped_surrogate(l, o, a, dual_clip=3.0),
-      "agg": lambda l, o, a, m: O.aggregate_parts(l, m, "seq-mean-token-sum-norm"),
+      "agg": lambda l, o, a, m: O.aggregate_parts(l, m, "dr-grpo"),
       "kl": lambda l, o, a, m: O.kl_penalty(l, o, "k3"),
       "ppl": lambda l, o, a, m: O.ppl_gate(O.sequence_perplexity(l, m), 20.0),
       "adv": lambda l, o, a, m: O.group_advantages(a, 3),

@@ -105,7 +105,7 @@ def luffy_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array, loss
   """LUFFY loss; token-mean aggregation over on- and off-policy tokens (LUFFY's ``1/Z``).
 
   LUFFY's released scripts instead divide the token sum by the padded length (Dr. GRPO);
-  ``agg="seq-mean-token-sum-norm"`` is that up to the constant number of rows.
+  ``agg="dr-grpo"`` is that (``"seq-mean-token-sum-norm"`` too, up to the constant number of rows).
   Shapes as ``luffy_token_loss``. Returns a scalar.
   """
   per_token = luffy_token_loss(logp, old_logp, advantages, loss_mask, off_policy_mask,

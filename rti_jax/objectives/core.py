@@ -26,7 +26,8 @@ LOG_RATIO_CLAMP = 20.0
 """Log importance ratios are clamped to +-20 before ``exp`` (verl / slime convention)."""
 
 ADVANTAGE_STDS = ("population", "unbiased", "none")
-AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm",
+             "dr-grpo")
 KL_KINDS = ("k1", "abs", "k2", "k3", "low_var_kl")
 
 
@@ -207,11 +208,14 @@ def aggregate_parts(per_token: jax.Array, mask: jax.Array, mode: str, *,
   * ``"seq-mean-token-mean"`` (the paper's Eq. 2/7, ``1/G sum_i 1/|tau_i| sum_t``):
     num = sum_{i: n_i>0} (sum_t x m) / n_i, den = #{i: n_i > 0}.
   * ``"seq-mean-token-sum"``: num = sum_i sum_t x m, den = #{i: n_i > 0}.
-  * ``"seq-mean-token-sum-norm"`` (Dr. GRPO): num = sum_i sum_t x m / norm, den = #{i: n_i > 0};
-    ``norm`` is a constant, default T (the padded length), so the per-token weight does not
-    depend on response length. (verl's mode of the same name divides by T only, not by the
-    row count; ours keeps the seq-mean so all four modes are averages over responses/tokens.)
+  * ``"seq-mean-token-sum-norm"`` (verl's mode of that name): num = sum_i sum_t x m / norm,
+    den = 0, so the loss is the batch's token sum divided by the constant ``norm`` alone (default
+    T, the padded length), with no division by the number of rows.
+  * ``"dr-grpo"`` (Dr. GRPO; TRL's ``loss_type="dr_grpo"``): num = sum_i sum_t x m / norm,
+    den = #{i: n_i > 0}: the token sum over rows x ``norm`` (default T), so the per-token weight
+    depends neither on the response's length nor on the batch's mix of lengths.
 
+  docs/objectives.md sets these names beside verl's ``loss_agg_mode`` and TRL's ``loss_type``.
   Rows with no counted token contribute nothing to num or den. Summing num and den over
   micro-batches and dividing once reproduces the full-batch value exactly. Masked entries
   are selected out with ``where``, so inf/NaN there cannot leak. Returns two float32 scalars.
@@ -232,6 +236,8 @@ def aggregate_parts(per_token: jax.Array, mask: jax.Array, mode: str, *,
   if mode == "seq-mean-token-sum":
     return jnp.sum(row_sum), jnp.sum(nonempty)
   scale = float(x.shape[1]) if norm is None else norm
+  if mode == "seq-mean-token-sum-norm":
+    return jnp.sum(row_sum) / scale, jnp.zeros((), jnp.float32)
   return jnp.sum(row_sum) / scale, jnp.sum(nonempty)
 
 
