@@ -203,17 +203,16 @@ def decision_check(model: Any, fmt: Any, tasks: Sequence[Any]) -> dict[str, Any]
   context up to the line look-up's result): of the right turn's first token (``Please``), of
   ``<tool_call>`` (the mistake's first token), and of the whole right turn (its mean per-token
   NLL, to compare with the PPL gate); means over the tasks that have a decisive turn."""
-  import jax
-  import jax.numpy as jnp
   import numpy as np
 
+  from models.sampler import Sampler
   from rti_jax.envs.telecom.checklist_agent import ChecklistAgent
   from rti_jax.policy import telecom_sft_data as td
   from rti_jax.policy.sft_example import encode_messages, play
 
   env = td.make_env()
   call_id = fmt.tokenizer.convert_tokens_to_ids("<tool_call>")
-  p_right, p_call, nll = [], [], []
+  prompts, turns = [], []
   for task in tasks:
     good = play(env, ChecklistAgent(), task)
     d = td.decisive_index(good)
@@ -221,11 +220,14 @@ def decision_check(model: Any, fmt: Any, tasks: Sequence[Any]) -> dict[str, Any]
       continue
     ids, _ = encode_messages(fmt, good[:d + 1])
     start = len(ids) - len(fmt.encode_assistant(good[d]["content"]))
-    x = jnp.asarray([ids], jnp.int32)
-    logp = np.asarray(jax.nn.log_softmax(model(x, jnp.ones_like(x)).astype(jnp.float32), axis=-1))[0]
-    p_right.append(float(np.exp(logp[start - 1, ids[start]])))
-    p_call.append(float(np.exp(logp[start - 1, call_id])))
-    nll.append(float(-np.mean([logp[t - 1, ids[t]] for t in range(start, len(ids))])))
+    prompts.append(ids[:start])
+    turns.append(ids[start:])
+  # One batched, jitted scoring call: each decisive turn, and the mistake's first token in its place.
+  scored = Sampler(model).score(prompts + prompts, turns + [[call_id]] * len(prompts)) if prompts else []
+  right, call = scored[:len(prompts)], scored[len(prompts):]
+  p_right = [float(np.exp(lp[0])) for lp in right]
+  p_call = [float(np.exp(lp[0])) for lp in call]
+  nll = [float(-np.mean(lp)) for lp in right]
   if not p_right:
     return {"tasks": 0}
   return {"tasks": len(p_right), "p_right_first_token": float(np.mean(p_right)),
