@@ -16,11 +16,18 @@ from rti_jax.policy.tokenizer import CHAT_TEMPLATE
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow
-def test_quick_build_writes_checkpoint_metrics_and_plot(tmp_path):
-  out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def quick_build(tmp_path_factory):
+  """One quick build (its run directory), shared by the tests that read it or continue from it."""
+  out = tmp_path_factory.mktemp("navigation_sft") / "run"
   assert navigation_sft.main(["--quick", "--no-eval", "--out", str(out), "train.epochs=0.5",
                               "name_drills.examples=40", "data.check_line=true"]) == 0
+  return out
+
+
+@pytest.mark.slow
+def test_quick_build_writes_checkpoint_metrics_and_plot(quick_build):
+  out = quick_build
   metrics = json.loads((out / "metrics.json").read_text())
   assert (out / "loss.png").stat().st_size > 1000
   assert metrics["sft"]["steps"] == len(metrics["sft"]["losses"]) >= 2
@@ -51,17 +58,15 @@ def test_quick_build_writes_checkpoint_metrics_and_plot(tmp_path):
 
 
 @pytest.mark.slow
-def test_init_continues_from_a_policy_dir_with_its_tokenizer_and_config(tmp_path):
+def test_init_continues_from_a_policy_dir_with_its_tokenizer_and_config(quick_build, tmp_path):
   from safetensors.numpy import load_file
 
-  first, second = tmp_path / "a", tmp_path / "b"
-  assert navigation_sft.main(["--quick", "--no-eval", "--out", str(first), "train.epochs=0.2", "data.check_line=false",
-                              "name_drills.examples=20"]) == 0
-  assert json.loads((first / "policy" / "build.json").read_text())["check_line"] is False
+  first, second = quick_build, tmp_path / "b"
   assert navigation_sft.main(["--quick", "--no-eval", "--out", str(second), "train.epochs=0.2", "train.lr=1e-3",
-                              f"init={first / 'policy'}", "data.check_line=true"]) == 0
+                              f"init={first / 'policy'}", "data.check_line=false"]) == 0
   metrics = json.loads((second / "metrics.json").read_text())
-  assert metrics["init"] == str(first / "policy") and metrics["name_drills"] is None and metrics["check_line"] is True
+  assert metrics["init"] == str(first / "policy") and metrics["name_drills"] is None and metrics["check_line"] is False
+  assert json.loads((second / "policy" / "build.json").read_text())["check_line"] is False
   for name in ("tokenizer.json", "tokenizer_config.json"):
     assert (first / "policy" / name).read_text() == (second / "policy" / name).read_text(), name
   assert json.loads((first / "policy" / "config.json").read_text()) == json.loads((second / "policy" / "config.json").read_text())
