@@ -13,11 +13,22 @@ text that already holds ``<think>`` / ``<tool_call>`` blocks round-trips unchang
 
 :func:`build_tiny_tokenizer` makes a small byte-level BPE tokenizer with the Qwen special
 tokens and this template, for tests and the tiny default policy (no model hub needed).
+
+The official Qwen3 templates ship in ``models/templates`` (provenance, licence and hashes in its
+README): :func:`qwen3_chat_template` returns ``"qwen3"`` (the hybrid Qwen3 template,
+``enable_thinking``), ``"qwen3_thinking_2507"`` (Qwen3 Thinking-2507: the generation prompt opens
+``<think>``) or ``"qwen3_append_only"`` (ours: Qwen3's layout with every assistant turn kept as
+generated). Where the official template re-renders history differently from the append-only
+trajectory the rollout keeps (earlier reasoning dropped after a new user message; an empty think
+block dropped from earlier turns under ``enable_thinking=False``), serve the policy with the
+append-only template so the served contexts equal the trained ones (docs/qwen3_chat_template.md).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+from pathlib import Path
 from typing import Any, Sequence
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
@@ -85,6 +96,31 @@ QWEN_CHAT_TEMPLATE = (
   "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\\n\\n</think>\\n\\n' -}}{%- endif -%}"
   "{%- endif -%}"
 )
+
+
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
+#: sha256 of each template file; the official ones are verbatim copies of the published strings.
+TEMPLATE_SHA256: dict[str, str | None] = {
+  "qwen3": "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5",
+  "qwen3_thinking_2507": "3802169b2a02b81e6adb7ab4f64f91ff02db753c8c3a64a01c35192d3a61d8d7",
+  "qwen3_append_only": None,  # ours; no published original to match
+}
+
+
+def qwen3_chat_template(name: str = "qwen3") -> str:
+  """The Jinja text of ``models/templates/{name}.jinja`` (official ones checked against their hash).
+
+  name: ``"qwen3"`` (official hybrid Qwen3), ``"qwen3_thinking_2507"`` (official Thinking-2507) or
+  ``"qwen3_append_only"`` (every assistant turn rendered as the generation prompt plus its text).
+  """
+  if name not in TEMPLATE_SHA256:
+    raise ValueError(f"name: expected one of {sorted(TEMPLATE_SHA256)}, got {name!r}")
+  text = (TEMPLATE_DIR / f"{name}.jinja").read_text(encoding="utf-8")
+  want = TEMPLATE_SHA256[name]
+  got = hashlib.sha256(text.encode("utf-8")).hexdigest()
+  if want is not None and got != want:
+    raise ValueError(f"{name}.jinja: expected sha256 {want}, got {got} (the file was edited)")
+  return text
 
 
 def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerBase:

@@ -49,6 +49,9 @@ class ChatFormatter:
   tool_schemas: the env's tool schemas, passed as ``tools=`` to the template.
   end_of_turn: the text that ends an assistant turn (``<|im_end|>`` for Qwen).
   template_kwargs: extra template arguments (e.g. ``{"enable_thinking": True}``).
+  eos_token_ids: ids that also end an assistant turn when a server stops on them by itself, as
+    SGLang does on the generation config's EOS (Qwen3: ``<|endoftext|>`` 151643 besides
+    ``<|im_end|>``). None: ``<|endoftext|>`` when the tokenizer has it as one token.
   """
 
   def __init__(
@@ -58,6 +61,7 @@ class ChatFormatter:
     *,
     end_of_turn: str = "<|im_end|>",
     template_kwargs: dict[str, Any] | None = None,
+    eos_token_ids: Sequence[int] | None = None,
   ) -> None:
     self.tokenizer = tokenizer
     self.tool_schemas = list(tool_schemas) if tool_schemas else None
@@ -67,6 +71,11 @@ class ChatFormatter:
       raise ValueError(f"end_of_turn: expected a single token of the tokenizer, got {end_of_turn!r}")
     self.end_of_turn = end_of_turn
     self.end_of_turn_id = int(eot)
+    if eos_token_ids is None:
+      eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+      eos_token_ids = [eos] if isinstance(eos, int) and eos != tokenizer.unk_token_id else []
+    #: every id that ends a finished assistant turn: the end-of-turn id, then ``eos_token_ids``
+    self.turn_end_ids = tuple(dict.fromkeys([self.end_of_turn_id, *(int(t) for t in eos_token_ids)]))
     base_closed = self._render(_BASE, add_generation_prompt=False)
     base_open = self._render(_BASE, add_generation_prompt=True)
     if base_open[: len(base_closed)] != base_closed:
@@ -141,8 +150,10 @@ class ChatFormatter:
     return ctx[: -len(g)] + self.message_block_ids([{"role": "user", "content": text}])
 
   def decode(self, ids: Sequence[int]) -> str:
-    """Text of an assistant turn; the end-of-turn token is dropped."""
+    """Text of an assistant turn; the end-of-turn token is dropped, and so is an EOS id ending it."""
     ids = [int(t) for t in ids if int(t) != self.end_of_turn_id]
+    if ids and ids[-1] in self.turn_end_ids:
+      ids = ids[:-1]
     return self.tokenizer.decode(ids, skip_special_tokens=False)
 
   def encode_assistant(self, text: str) -> list[int]:
@@ -325,10 +336,14 @@ class Episode:
     traj = self.traj
     start = len(traj.token_ids)
     traj.append_generated(ids, logp, roll_logp=roll_logp, cal_logp=cal_logp)
-    if finish_reason == "length" or not ids or int(ids[-1]) != formatter.end_of_turn_id:
+    if finish_reason == "length" or not ids or int(ids[-1]) not in formatter.turn_end_ids:
       # The turn was cut off: close it in the context (not trainable) and count it.
       traj.append_context([formatter.end_of_turn_id])
       traj.info["length_cut_turns"] = traj.info.get("length_cut_turns", 0) + 1
+    elif int(ids[-1]) != formatter.end_of_turn_id:
+      # Finished on an EOS id (e.g. <|endoftext|>): close the turn as the chat template does.
+      traj.append_context([formatter.end_of_turn_id])
+      traj.info["eos_ended_turns"] = traj.info.get("eos_ended_turns", 0) + 1
     text = formatter.decode(ids)
     traj.messages.append({"role": "assistant", "content": text})
     result = self.env.step(text)

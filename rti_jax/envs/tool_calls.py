@@ -6,7 +6,10 @@ Qwen chat templates put each call in its own block::
     {"name": "poi_search", "arguments": {"address": "Dajin Park"}}
     </tool_call>
 
-Several blocks in one assistant turn are parallel calls. Anything that cannot be
+Several blocks in one assistant turn are parallel calls. Reasoning is not read: closed
+``<think>...</think>`` blocks are skipped, and so is everything before a ``</think>`` that no
+``<think>`` opens (Qwen3 Thinking-2507's generation prompt ends with ``<think>``, so its turns
+start inside the reasoning). Anything that cannot be
 parsed is reported in ``ParsedTurn.errors`` (never raised), so an environment can
 answer malformed model output with an error observation and count it: invalid JSON,
 JSON nested deeper than ``MAX_JSON_DEPTH`` levels, an integer literal longer than
@@ -46,6 +49,15 @@ def strip_think(text: str) -> str:
     pos = end + len(_THINK_CLOSE)
   out.append(text[pos:])
   return "".join(out)
+
+
+def strip_reasoning(text: str) -> str:
+  """``text`` without its reasoning: the text up to a first ``</think>`` that no ``<think>`` before
+  it opens (a turn whose generation prompt opened the block), then closed blocks (``strip_think``)."""
+  close = text.find(_THINK_CLOSE)
+  if close >= 0 and _THINK_OPEN not in text[:close]:
+    text = text[close + len(_THINK_CLOSE):]
+  return strip_think(text)
 
 
 def json_nesting_exceeds(text: str, limit: int = MAX_JSON_DEPTH, start: int = 0) -> int | None:
@@ -147,7 +159,7 @@ class ParsedTurn:
 
 def parse_assistant_turn(text: str) -> ParsedTurn:
   """Splits ``text`` into tool calls, visible content and parse errors."""
-  visible = strip_think(text)
+  visible = strip_reasoning(text)
   # An unterminated <think> hides everything after it.
   if "<think>" in visible:
     visible = visible.split("<think>", 1)[0]
