@@ -22,7 +22,10 @@ Validator (reward-oriented, Sec. 4.1: flags only derailing steps), on the draft 
 Verifier (integrity, App. A.1.2), on the correction u~_k; rejects:
   * ``leak``: wording that refers to a hidden reference, supervisor or feedback;
   * ``not_derivable``: a coordinate, a region or a searched name that appears neither
-    in the user question nor in the visible history;
+    in the user question nor in the visible history (a coordinate as the tools read it:
+    ``+121.5,25.0``, ``1.215e2,2.5e1``), or a privileged value in any spelling, anywhere in
+    the reply or its arguments (``privileged.navigation_privileged``: the reference stops'
+    coordinates, cities and names that the history has not shown; ``leaks``);
   * ``false_claim``: a statement about where a searched place was found that the visible
     search results contradict: the check line (``Check: Nanhu Lake in Wuhan.`` /
     ``Check: all in Chengdu.``, ``rti_jax.policy.check_line``) or ``Nanhu Lake was found in
@@ -50,9 +53,11 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Sequence
 
 from rti_jax.envs.navigation.agents import search_resolution
-from rti_jax.envs.navigation.world import without_label
+from rti_jax.envs.navigation.world import parse_location, without_label
 from rti_jax.envs.tool_calls import ToolCall, parse_assistant_turn
 from rti_jax.intervention.judges import StepContext, ValidatorJudgement, VerifierJudgement
+from rti_jax.intervention.leaks import LeakScanner, leaves, numbers_in
+from rti_jax.intervention.privileged import navigation_privileged
 from rti_jax.policy.check_line import CHECK_PREFIX
 
 # ASCII digits only ([0-9], not \d): the tool reads no other digits (``world.parse_location``).
@@ -438,9 +443,20 @@ class NavigationRuleVerifier:
     seen_text = visible_text(ctx)
     seen = coords_in(seen_text)
     low = seen_text.lower()
-    invisible = sorted(f"{a},{b}" for a, b in coords_in(corrected) - seen)
-    bad: list[str] = [f"coordinate {c}" for c in invisible]
-    for call in parse_assistant_turn(corrected).tool_calls:
+    unseen = coords_in(corrected) - seen
+    bad: list[str] = [f"coordinate {c}" for c in sorted(f"{a},{b}" for a, b in unseen)]
+    turn = parse_assistant_turn(corrected)
+    for _, leaf in leaves([c.arguments for c in turn.tool_calls]):  # coordinates as the tools read them
+      for piece in leaf.split(";") if isinstance(leaf, str) else ():
+        loc = parse_location(piece)
+        if loc is not None and (key := (loc[0].normalize(), loc[1].normalize())) not in seen | unseen:
+          unseen.add(key)
+          bad.append(f"coordinate {piece.strip()!r}")
+    tools = json.dumps(list(ctx.tools), default=str)
+    privileged = navigation_privileged(ctx.evidence).minus_visible([seen_text, tools])
+    scanner = LeakScanner(privileged, (v for v, _ in numbers_in(seen_text)))
+    bad += [f"{leak}" for leak in scanner.scan(corrected, [c.arguments for c in turn.tool_calls])]
+    for call in turn.tool_calls:
       region = call.arguments.get("region")
       if isinstance(region, str) and region.strip() and region.strip().lower() not in low:
         bad.append(f"region {region!r}")

@@ -4,7 +4,12 @@ On the correction u~_k (its ``<think>`` block too: those tokens are trained on);
   * ``leak``: wording that refers to a hidden reference, supervisor or feedback;
   * ``leaked_value``: a name, a backend id (customer / line / bill / plan), a phone number,
     a usage figure, an amount or any other value that no user or tool message has shown
-    (App. D.2: "John", "L1002", "15.1 GB" the user never said);
+    (App. D.2: "John", "L1002", "15.1 GB" the user never said). Two layers: the value shapes
+    below (any id, phone number or figure the conversation has not shown), and the privileged
+    values themselves (``privileged.telecom_privileged``: the evidence, the task's initial state
+    and the backend records, minus what the conversation, the tools or the policy show), found
+    in any spelling (``leaks``: "john", "l-1002", "555.123.2002", "fifteen point one", the
+    e-mail, the card digits, the street address) in the reply and in every call argument;
   * ``hallucinated_tool_result``: the reply writes a tool response or the user's report
     itself, or claims a lookup or an agent action that did not happen;
   * ``malformed_reply``: no usable message or tool call (empty, or a malformed call block);
@@ -22,6 +27,8 @@ from typing import Any, Sequence
 
 from rti_jax.envs.tool_calls import parse_assistant_turn
 from rti_jax.intervention.judges import StepContext, VerifierJudgement
+from rti_jax.intervention.leaks import LeakScanner, Privileged, numbers_in as all_numbers_in
+from rti_jax.intervention.privileged import telecom_privileged
 from rti_jax.intervention.telecom_evidence import (
   FIGURE_RE,
   ID_RE,
@@ -82,6 +89,8 @@ class TelecomRuleVerifier:
     self._validator = TelecomRuleValidator(self.policy)
     self._policy_words = frozenset(re.findall(r"[a-z]+", self.policy.lower()))
     self._policy_figures = frozenset(figures_in(self.policy))
+    self._policy_numbers = frozenset(abs(v) for v, _ in all_numbers_in(self.policy))
+    self._cut_by_policy: dict[tuple[frozenset[Any], frozenset[Any]], Privileged] = {}
 
   def verify(self, ctxs: Sequence[StepContext], corrected: Sequence[str]) -> list[VerifierJudgement]:
     return [self.judge(c, u) for c, u in zip(ctxs, corrected)]
@@ -146,7 +155,28 @@ class TelecomRuleVerifier:
       sentence_start = before == 0 or text[before - 1] in ".!?:>\n-—\"'(" or text.endswith("---", 0, before)
       if not sentence_start and word not in _COMMON_CAPS and word.lower() not in vocab_words:
         out.append(word)
+    for leak in self.privileged_leaks(ctx, text):
+      written = leak.written.strip()
+      if not any(written in o for o in out):
+        out.append(written)
     return list(dict.fromkeys(out))
+
+  def privileged(self, ctx: StepContext) -> Privileged:
+    """The privileged values of ``ctx`` that neither the conversation, the tools nor the policy show."""
+    every = telecom_privileged(ctx.evidence)
+    key = (frozenset(every.strings), frozenset(every.numbers))
+    cut = self._cut_by_policy.get(key)
+    if cut is None:
+      if len(self._cut_by_policy) > 256:
+        self._cut_by_policy.clear()
+      cut = self._cut_by_policy[key] = every.minus_visible([self.policy])
+    return cut.minus_visible([conversation_text(ctx), json.dumps(list(ctx.tools), ensure_ascii=False)])
+
+  def privileged_leaks(self, ctx: StepContext, text: str) -> list[Any]:
+    """``leaks.Leak`` of each privileged value ``text`` holds (the reply and its decoded call arguments)."""
+    shown = [v for v, _ in all_numbers_in(conversation_text(ctx))] + list(self._policy_numbers)
+    scanner = LeakScanner(self.privileged(ctx), shown)
+    return scanner.scan(text, [c.arguments for c in parse_assistant_turn(text).tool_calls])
 
   def fabricated_results(self, ctx: StepContext, text: str) -> list[str]:
     """Why ``text`` writes or claims results that did not happen (empty when it does not)."""

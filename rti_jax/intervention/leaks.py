@@ -1,0 +1,352 @@
+"""Privileged values and their respellings: the leak check the rule-based Verifiers share.
+
+What is privileged is derived, not listed: the values held by the reward-side evidence
+(plus, for Telecom, the backend records the agent can only reach through its tools) minus
+every value the visible conversation already shows. Both sides go through the same
+normalisation, so a value counts as shown, or as leaked, in any of its spellings:
+
+  * strings (names, cities, ids, phone numbers, e-mails, card digits, street addresses,
+    dates) are compared as *folded token runs*: the text is NFKD-normalised, accents and
+    case dropped, and cut into tokens at every separator, at letter/digit changes and at
+    lower-to-upper case changes (``"L-1002"``, ``"l 1002"``, ``"L1002"`` all give ``l``,
+    ``1002``); a value is found where consecutive tokens concatenate to its folded form
+    (``"JOHN smith"``, ``"john_smith"`` and ``"JohnSmith"`` all hold ``johnsmith``), never
+    inside a longer token (``Xian`` is not found in ``Xiangshan``);
+  * numbers are compared as exact decimals, read as the tools read them (``Decimal`` /
+    ``float`` syntax: a ``+`` sign, an exponent, ``_`` between digits, any script's digits)
+    or written in English words (``fifteen point one``, ``one two three five``); a number
+    written with two or more decimals also matches a privileged number it rounds or
+    truncates (``121.54`` for ``121.5409``) unless it equally matches a shown one.
+
+Only *distinctive* numbers are checked without a unit (a fractional part, or at least four
+digits): a bare ``2`` or ``40`` is too common to call a leak (the Telecom Verifier checks
+figures with units separately). Every function runs in time linear in its input and never
+raises on any text or JSON value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import unicodedata
+from decimal import ROUND_DOWN, ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Any, Iterable, Iterator, Mapping
+
+#: Common address abbreviations: both sides are folded through this map, so "123 Main Street"
+#: and "123 main st." are the same address.
+ABBREVIATIONS = {"street": "st", "avenue": "ave", "road": "rd", "drive": "dr", "boulevard": "blvd", "lane": "ln",
+                 "court": "ct", "place": "pl", "highway": "hwy", "apartment": "apt", "suite": "ste"}
+#: The shortest folded string that is matched (two letters such as a state code are too common).
+MIN_FOLDED = 3
+#: The longest folded string that is matched (longer values are cut to this many characters).
+MAX_FOLDED = 64
+#: Number literals longer than this (after dropping insignificant zeros) are not read.
+MAX_NUMBER_CHARS = 64
+
+_TOKEN_RE = re.compile(r"[^\W\d_]+|\d+")
+_CAMEL_RE = re.compile(r"(?<=[a-z])(?=[A-Z])")
+_NUMBER_RE = re.compile(r"\d+(?:_\d+)*(?:\.(?:\d+(?:_\d+)*)?)?(?:[eE][-+]?\d{1,9})?")
+_WORD_RE = re.compile(r"[a-z]+")
+_GAP_RE = re.compile(r"[\s-]*")
+
+_DIGIT_WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine".split())}
+_TEEN_WORDS = {w: 10 + i for i, w in enumerate(
+  "ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split())}
+_TENS_WORDS = {w: 10 * (i + 2) for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())}
+_SCALE_WORDS = {"hundred": 100, "thousand": 1000, "million": 10 ** 6, "billion": 10 ** 9}
+_NUMBER_WORDS = frozenset(_DIGIT_WORDS) | frozenset(_TEEN_WORDS) | frozenset(_TENS_WORDS) | frozenset(_SCALE_WORDS)
+
+
+# --------------------------------------------------------------------------- normalisation
+
+
+def plain(text: Any) -> str:
+  """``text`` as NFKD without combining marks (``"Taipéi"`` -> ``"Taipei"``, full-width digits
+  -> ASCII); a non-string is ``str()``-ed first."""
+  s = text if isinstance(text, str) else str(text)
+  s = unicodedata.normalize("NFKD", s)
+  if s.isascii():
+    return s
+  return "".join(ch for ch in s if not unicodedata.combining(ch))
+
+
+def tokens(text: Any) -> list[tuple[str, int, int]]:
+  """``(folded token, start, end)`` of every token of ``plain(text)`` (see the module docstring)."""
+  s = plain(text)
+  out = []
+  for m in _TOKEN_RE.finditer(s):
+    piece, base = m.group(0), m.start()
+    cuts = [c.start() for c in _CAMEL_RE.finditer(piece)] if not piece[0].isdigit() else []
+    for a, b in zip([0, *cuts], [*cuts, len(piece)]):
+      word = piece[a:b].casefold()
+      out.append((ABBREVIATIONS.get(word, word), base + a, base + b))
+  return out
+
+
+def fold(value: Any) -> str:
+  """The folded form of ``value``: its tokens concatenated (``"L-1002"`` -> ``"l1002"``)."""
+  return "".join(t for t, _, _ in tokens(value))[:MAX_FOLDED]
+
+
+class Matcher:
+  """Finds folded targets as runs of consecutive tokens (see the module docstring).
+
+  targets: folded string -> a label naming the value (for diagnoses).
+  """
+
+  def __init__(self, targets: Mapping[str, str]) -> None:
+    self.targets = {k: v for k, v in targets.items() if MIN_FOLDED <= len(k) <= MAX_FOLDED}
+    self._prefixes = {k[:i] for k in self.targets for i in range(1, len(k) + 1)}
+
+  def find(self, text: Any) -> dict[str, str]:
+    """folded target -> the text it was found in (first occurrence), for every target ``text`` holds."""
+    if not self.targets:
+      return {}
+    s = plain(text)
+    toks = tokens(s)
+    found: dict[str, str] = {}
+    for i in range(len(toks)):
+      acc = ""
+      for j in range(i, len(toks)):  # at most MAX_FOLDED tokens: acc must stay a prefix of a target
+        acc += toks[j][0]
+        if acc not in self._prefixes:
+          break
+        if acc in self.targets and acc not in found:
+          found[acc] = s[toks[i][1]:toks[j][2]]
+    return found
+
+
+def _decimal(literal: str) -> Decimal | None:
+  """A number literal as a finite Decimal (what ``Decimal()`` / ``float()`` read), or None."""
+  if len(literal) > MAX_NUMBER_CHARS:
+    mantissa, e, exp = literal.partition("e") if "e" in literal else literal.partition("E")
+    head, dot, frac = mantissa.partition(".")
+    literal = (head.lstrip("0") or "0") + dot + frac.rstrip("0") + e + exp
+    if len(literal) > MAX_NUMBER_CHARS:
+      return None
+  try:
+    value = Decimal(literal)
+  except (InvalidOperation, ValueError):
+    return None
+  if not value.is_finite() or abs(value.adjusted()) > 30:
+    return None
+  return value.normalize()
+
+
+def _word_number(words: list[str]) -> Decimal | None:
+  """The value of a run of English number words ("one hundred twenty one point five"), or None."""
+  if "point" in words:
+    at = words.index("point")
+    head, tail = words[:at], words[at + 1:]
+    if not tail or any(w not in _DIGIT_WORDS for w in tail):
+      return None
+  else:
+    head, tail = words, []
+  if head and all(w in _DIGIT_WORDS for w in head) and (len(head) > 1 or tail):
+    whole = "".join(str(_DIGIT_WORDS[w]) for w in head)  # "one two three five" -> 1235
+  elif head:
+    total = current = 0
+    for w in head:
+      if w in _SCALE_WORDS:
+        scale = _SCALE_WORDS[w]
+        if scale == 100:
+          current = (current or 1) * 100
+        else:
+          total += (current or 1) * scale
+          current = 0
+      else:
+        current += _DIGIT_WORDS.get(w, _TEEN_WORDS.get(w, _TENS_WORDS.get(w, 0)))
+    whole = str(total + current)
+  else:
+    whole = "0"
+  frac = "".join(str(_DIGIT_WORDS[w]) for w in tail)
+  return _decimal(whole + ("." + frac if frac else ""))
+
+
+def numbers_in(text: Any) -> list[tuple[Decimal, str]]:
+  """``(value, as written)`` of every number in ``text``: digit literals (signs dropped) and runs
+  of English number words."""
+  s = plain(text)
+  out = []
+  for m in _NUMBER_RE.finditer(s):
+    value = _decimal(m.group(0))
+    if value is not None:
+      out.append((value, m.group(0)))
+  low = s.lower()
+  run: list[str] = []
+  start = end = 0
+
+  def close() -> None:
+    words = run[:-1] if run and run[-1] in ("and", "point") else run
+    if words and any(w != "and" for w in words):
+      value = _word_number([w for w in words if w != "and"])
+      if value is not None:
+        out.append((value, s[start:end]))
+
+  for m in _WORD_RE.finditer(low):
+    w = m.group(0)
+    joins = w in _NUMBER_WORDS or (run and w in ("and", "point"))
+    if joins and run and _GAP_RE.fullmatch(low, end, m.start()) is not None:
+      run.append(w)
+      end = m.end()
+    elif w in _NUMBER_WORDS:
+      close()
+      run, start, end = [w], m.start(), m.end()
+    else:
+      close()
+      run = []
+  close()
+  return out
+
+
+def is_distinctive(value: Decimal) -> bool:
+  """Checked without a unit: a fractional part, or at least four digits."""
+  return value != value.to_integral_value() or abs(value) >= 1000
+
+
+def _places(value: Decimal) -> int:
+  return max(0, -value.as_tuple().exponent)  # type: ignore[operator]
+
+
+def roundings(value: Decimal) -> set[Decimal]:
+  """``value`` rounded (half-even, half-up) and truncated to 2 .. (its decimals - 1) places."""
+  out = set()
+  for d in range(2, _places(value)):
+    q = Decimal(1).scaleb(-d)
+    for mode in (ROUND_HALF_EVEN, ROUND_HALF_UP, ROUND_DOWN):
+      out.add(value.quantize(q, rounding=mode).normalize())
+  return out
+
+
+# --------------------------------------------------------------------------- values of JSON objects
+
+
+def leaves(obj: Any, key: str | None = None, depth: int = 0) -> Iterator[tuple[str | None, Any]]:
+  """``(key, leaf)`` of every string / number leaf of a JSON value (dict keys too, as leaves
+  under their own name), depth-first; a value nested deeper than 64 levels is skipped."""
+  if depth > 64:
+    return
+  if isinstance(obj, dict):
+    for k, v in obj.items():
+      yield key, str(k)
+      yield from leaves(v, str(k), depth + 1)
+  elif isinstance(obj, (list, tuple)):
+    for v in obj:
+      yield from leaves(v, key, depth + 1)
+  elif isinstance(obj, bool) or obj is None:
+    return
+  elif isinstance(obj, (int, float, Decimal, str)):
+    yield key, obj
+  else:
+    yield key, str(obj)
+
+
+def number_of(leaf: Any) -> Decimal | None:
+  """A JSON number as the tools read it (``float``), as an exact Decimal; None for a string or bool."""
+  if isinstance(leaf, bool) or not isinstance(leaf, (int, float, Decimal)):
+    return None
+  if isinstance(leaf, int) and abs(leaf) >= 10 ** 30:
+    return None
+  return _decimal(repr(float(leaf)) if isinstance(leaf, float) else str(leaf))
+
+
+# --------------------------------------------------------------------------- the privileged set
+
+
+@dataclasses.dataclass
+class Privileged:
+  """Values of the evidence, each with a label naming it.
+
+  strings: folded string -> label; numbers: value -> label (every number here is checked
+  bare; add only distinctive ones or ones that are always checked, such as coordinates).
+  """
+
+  strings: dict[str, str] = dataclasses.field(default_factory=dict)
+  numbers: dict[Decimal, str] = dataclasses.field(default_factory=dict)
+
+  def add_string(self, value: Any, label: str) -> None:
+    folded = fold(value)
+    if MIN_FOLDED <= len(folded):
+      self.strings.setdefault(folded, label)
+
+  def add_number(self, value: Decimal | None, label: str, always: bool = False) -> None:
+    if value is not None and (always or is_distinctive(value)):
+      self.numbers.setdefault(abs(value).normalize(), label)
+
+  def update(self, other: "Privileged") -> None:
+    for k, v in other.strings.items():
+      self.strings.setdefault(k, v)
+    for n, v in other.numbers.items():
+      self.numbers.setdefault(n, v)
+
+  def minus_visible(self, visible: Iterable[str]) -> "Privileged":
+    """The values none of the ``visible`` texts shows (in any spelling)."""
+    texts = list(visible)
+    matcher = Matcher(self.strings)
+    shown_strings: set[str] = set()
+    shown_numbers: set[Decimal] = set()
+    for text in texts:
+      shown_strings.update(matcher.find(text))
+      shown_numbers.update(abs(v) for v, _ in numbers_in(text))
+    return Privileged({k: v for k, v in self.strings.items() if k not in shown_strings},
+                      {n: v for n, v in self.numbers.items() if n not in shown_numbers})
+
+
+@dataclasses.dataclass(frozen=True)
+class Leak:
+  """One privileged value found in a correction: ``label`` (what it is) and ``written`` (how)."""
+
+  label: str
+  written: str
+
+  def __str__(self) -> str:
+    return f"{self.label} as {self.written.strip()!r}"
+
+
+class LeakScanner:
+  """Searches texts and JSON values for privileged values (``Privileged.minus_visible``).
+
+  visible_numbers: every number the visible conversation shows; a rounded number that is
+    also a rounding of one of them is not a leak.
+  """
+
+  def __init__(self, privileged: Privileged, visible_numbers: Iterable[Decimal] = ()) -> None:
+    self.privileged = privileged
+    self._matcher = Matcher(privileged.strings)
+    self._exact = dict(privileged.numbers)
+    self._rounded: dict[Decimal, str] = {}
+    for n, label in privileged.numbers.items():
+      for r in roundings(n):
+        self._rounded.setdefault(r, label)
+    shown = {abs(v).normalize() for v in visible_numbers}
+    self._shown = shown | {r for v in shown for r in roundings(v)}
+
+  def scan_text(self, text: Any) -> list[Leak]:
+    out = [Leak(self.privileged.strings[k], written) for k, written in self._matcher.find(text).items()]
+    for value, written in numbers_in(text):
+      out.extend(self._number(value, written))
+    return out
+
+  def _number(self, value: Decimal, written: str) -> list[Leak]:
+    v = abs(value)
+    if v in self._exact:
+      return [Leak(self._exact[v], written)]
+    if _places(v) >= 2 and v in self._rounded and v not in self._shown:
+      return [Leak(self._rounded[v] + " (rounded)", written)]
+    return []
+
+  def scan_json(self, obj: Any) -> list[Leak]:
+    """Every leaf of a JSON value (a tool call's arguments): strings as texts, numbers as read."""
+    out = []
+    for _, leaf in leaves(obj):
+      n = number_of(leaf)
+      out.extend(self._number(n, str(leaf)) if n is not None else self.scan_text(leaf))
+    return out
+
+  def scan(self, text: Any, arguments: Iterable[Any] = ()) -> list[Leak]:
+    """Leaks in ``text`` (the whole reply, reasoning included) and in each decoded argument object,
+    one per label and spelling."""
+    found = self.scan_text(text if isinstance(text, str) else "")
+    for args in arguments:
+      found.extend(self.scan_json(args))
+    return list(dict.fromkeys(found))
