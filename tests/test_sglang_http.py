@@ -42,6 +42,15 @@ class FakeSGLang:
     self.original_logprobs = False
     self.model_info: dict[str, Any] | None = {"model_path": "/models/policy", "is_generation": True}
     self.context_length: int | None = 4096
+    # A real server also stops on the model's generation-config EOS ids unless the request sets
+    # ignore_eos (Qwen3: <|endoftext|> 151643, besides the <|im_end|> the client asks for); ids the
+    # served model's vocabulary does not hold (the small test models) are left out, as no model has them.
+    self.eos_token_ids: tuple[int, ...] = (151643,)
+
+  def _eos(self) -> tuple[int, ...]:
+    b = self.backend
+    vocab = getattr(b, "vocab_size", None) or getattr(getattr(getattr(b, "sampler", None), "config", None), "vocab_size", None)
+    return tuple(t for t in self.eos_token_ids if vocab is None or t < vocab)
 
   def generate(self, body: dict[str, Any]) -> list[dict[str, Any]]:
     ids = body["input_ids"]
@@ -67,7 +76,7 @@ class FakeSGLang:
         temperature=sp.get("temperature", 1.0),
         top_p=sp.get("top_p", 1.0),
         top_k=max(sp.get("top_k", -1), 0),
-        stop_token_ids=tuple(sp.get("stop_token_ids", ())),
+        stop_token_ids=tuple(sp.get("stop_token_ids", ())) + (() if sp.get("ignore_eos") else self._eos()),
       )
       c = self.backend.generate([p], params, sp.get("sampling_seed", 0))[0]
       lps = c.logprobs

@@ -55,9 +55,18 @@ CONDENSED_PROMPT = (
 )
 
 
-def system_prompt(terse: bool = False, condensed: bool = False) -> str:
+def system_prompt(terse: bool = False, condensed: bool = False, with_tools: bool = True) -> str:
   """The system message: rules plus the tool schemas in Qwen's function-calling layout, or with
-  ``condensed`` the short ``CONDENSED_PROMPT`` of the tiny setting."""
+  ``condensed`` the short ``CONDENSED_PROMPT`` of the tiny setting.
+
+  with_tools=False: the rules only (``SYSTEM_RULES``); the chat template then writes the tools
+  block from ``tools=env.tool_schemas()`` (Qwen3's own ``# Tools`` layout), as a served model sees
+  them through the chat endpoint's ``tools`` field.
+  """
+  if not with_tools:
+    if condensed:
+      raise ValueError("condensed: CONDENSED_PROMPT lists the tools itself; expected with_tools=True")
+    return SYSTEM_RULES
   if condensed:
     return CONDENSED_PROMPT
   schemas = "\n".join(json.dumps(s, ensure_ascii=False, separators=(",", ":")) for s in tools.tool_schemas(terse))
@@ -67,9 +76,16 @@ def system_prompt(terse: bool = False, condensed: bool = False) -> str:
 class NavigationEnv(Environment):
   """Offline Navigation (Appendix C.2.1) over a ``World``; implements ``Environment``."""
 
-  def __init__(self, world: World, max_turns: int | None = None, end_on_direction: bool | None = None):
+  def __init__(self, world: World, max_turns: int | None = None, end_on_direction: bool | None = None,
+               tools_in_prompt: bool = True):
+    """tools_in_prompt: the system message lists the tools (default; the layout the tiny policies were
+    trained on). False: it holds the rules only, and the tools reach the model through the chat
+    template's ``tools=`` (pass ``env.tool_schemas()`` to the ``ChatFormatter``)."""
     cfg = world.config
     self.world = world
+    self.tools_in_prompt = bool(tools_in_prompt)
+    if not self.tools_in_prompt and cfg.condensed_prompt:
+      raise ValueError(f"tools_in_prompt=False needs a setting without condensed_prompt, got {cfg.name!r}")
     self.max_turns = cfg.max_turns if max_turns is None else max_turns
     self.end_on_direction = cfg.end_on_direction if end_on_direction is None else end_on_direction
     if self.max_turns < 1:
@@ -103,7 +119,8 @@ class NavigationEnv(Environment):
     self._last_direction = None
     self._direction_error = False
     self._direction_snapshot = set()
-    messages = [{"role": "system", "content": system_prompt(self.world.config.terse, self.world.config.condensed_prompt)},
+    cfg = self.world.config
+    messages = [{"role": "system", "content": system_prompt(cfg.terse, cfg.condensed_prompt, self.tools_in_prompt)},
                 {"role": "user", "content": task.query}]
     self._transcript = Transcript(task_id=task.task_id, messages=list(messages), info={
         "malformed": 0, "tool_calls": 0, "tool_errors": 0, "direction_calls": 0, "reward_reason": ""})

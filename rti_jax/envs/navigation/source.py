@@ -6,8 +6,13 @@ from rti_jax.config import ExperimentConfig
 from rti_jax.envs.source import TaskSource
 
 
-def navigation_source(cfg: ExperimentConfig) -> TaskSource:
-  """The offline Navigation benchmark as a ``TaskSource``."""
+def navigation_source(cfg: ExperimentConfig, tools_in_template: bool = False) -> TaskSource:
+  """The offline Navigation benchmark as a ``TaskSource``.
+
+  tools_in_template: the system message holds the rules only and ``tool_schemas`` goes to the chat
+  template's ``tools=`` (a real chat model, e.g. Qwen3, gets its own tools layout); default False:
+  the system message lists the tools (the tiny policies' layout) and ``tool_schemas`` is None.
+  """
   from rti_jax.envs import navigation
   from rti_jax.envs.navigation.tasks import listed_alternative
 
@@ -20,10 +25,11 @@ def navigation_source(cfg: ExperimentConfig) -> TaskSource:
   return TaskSource(
       train=bench.train,
       test=bench.test,
-      env_factory=lambda: navigation.NavigationEnv(world),
+      env_factory=lambda: navigation.NavigationEnv(world, tools_in_prompt=not tools_in_template),
       task_id=lambda t: t.task_id,
       subsets={"disambiguation": lambda t: bool(t.needs_disambiguation), "listed_alternative": listed,
                "research_only": lambda t: bool(t.needs_disambiguation) and not listed(t)},
       domain="navigation",
       rl_exclude=listed if cfg.env.rl_exclude_listed else None,
+      tool_schemas=navigation.tool_schemas(world.config.terse) if tools_in_template else None,
   )
