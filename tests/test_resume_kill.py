@@ -84,8 +84,11 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def _child(policy: str, run_dir: pathlib.Path, kill_at: str) -> int:
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+def _child(policy: str, run_dir: pathlib.Path, kill_at: str, cache_dir: pathlib.Path) -> int:
+  # The children compile the same programs: the first one's compiled programs serve the others.
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+             JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+             JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
   return subprocess.run([sys.executable, "-c", CHILD, policy, str(run_dir), kill_at], env=env, cwd=ROOT,
                         capture_output=True, text=True, timeout=900).returncode
 
@@ -101,15 +104,15 @@ def policy_and_reference(tmp_path_factory):
   policy = write_random_qwen(path, len(tok), seed=0, layers=1, heads=2, kv_heads=1, head_dim=8, max_positions=256)
   full = Trainer(cfg(policy), tmp_path_factory.mktemp("full"), source=toy_source(), progress=False).train()
   assert [r["iteration"] for r in full] == [1, 2, 3, 4]
-  return policy, _strip(full)
+  return policy, _strip(full), tmp_path_factory.mktemp("compilation_cache")
 
 
 @pytest.mark.parametrize("kill_at", ["before_first_checkpoint", "torn_metrics_line", "after_checkpoint",
                                      "mid_rewrite"])
 def test_a_run_killed_anywhere_resumes_to_the_uninterrupted_records(policy_and_reference, tmp_path, kill_at):
-  policy, full = policy_and_reference
+  policy, full, cache_dir = policy_and_reference
   run_dir = tmp_path / "run"
-  assert _child(policy, run_dir, kill_at) == -signal.SIGKILL
+  assert _child(policy, run_dir, kill_at, cache_dir) == -signal.SIGKILL
   resumed = Trainer(cfg(policy), run_dir, source=toy_source(), progress=False)
   records = resumed.train()
   assert resumed.iteration == 4
