@@ -153,3 +153,60 @@ def test_tiny_policy_path_chat_to_generation_and_back(tok):
   toks = out.tokens[0]
   assert 1 <= len(toks) <= 20 and ((toks[-1] == end) == (out.finish_reasons[0] == "stop"))
   assert isinstance(tok.decode(toks.tolist()), str)
+
+
+# -- the Qwen3 template files ----------------------------------------------------------------------
+
+_EPISODE = [
+  {"role": "system", "content": "rules"},
+  {"role": "user", "content": "plan a route"},
+  {"role": "assistant", "content": "<think>\nfirst\n</think>\n\n<tool_call>\n{\"name\": \"poi_search\", \"arguments\": {}}\n</tool_call>"},
+  {"role": "tool", "content": "1. name Dajin Park"},
+  {"role": "user", "content": "and then?"},
+  {"role": "assistant", "content": "<think>\nsecond\n</think>\n\nthe route"},
+]
+
+
+def _appends(tok, template: str, after: str = "user", **kw) -> list[bool]:
+  """For each assistant turn k, with one more message of role ``after`` following it: does the
+  rendering start with the prompt of turn k (generation prompt included), the text generated after it
+  and <|im_end|>? (what an append-only trajectory holds)"""
+  from models.chat import qwen3_chat_template
+
+  chat = qwen3_chat_template(template)
+  render = lambda msgs, gen: tok.apply_chat_template(msgs, chat_template=chat, tokenize=False,  # noqa: E731
+                                                     add_generation_prompt=gen, **kw)
+  out = []
+  for k, m in enumerate(_EPISODE):
+    if m["role"] == "assistant":
+      text = m["content"].removeprefix("<think>\n") if kw.get("think_prefilled") else m["content"]
+      later = render(_EPISODE[:k] + [dict(m, content=text), {"role": after, "content": "next"}], False)
+      out.append(later.startswith(render(_EPISODE[:k], True) + text + "<|im_end|>\n"))
+  return out
+
+
+def test_the_official_templates_are_verbatim_and_hash_checked(tmp_path, monkeypatch):
+  import models.chat as chat
+
+  assert "enable_thinking is defined and enable_thinking is false" in chat.qwen3_chat_template("qwen3")
+  assert chat.qwen3_chat_template("qwen3_thinking_2507").endswith("{{- '<|im_start|>assistant\\n<think>\\n' }}\n{%- endif %}")
+  with pytest.raises(ValueError, match="name: expected one of"):
+    chat.qwen3_chat_template("qwen4")
+  for name in ("qwen3", "qwen3_thinking_2507", "qwen3_append_only"):
+    (tmp_path / f"{name}.jinja").write_text(chat.qwen3_chat_template(name).replace("tool_call", "toolcall"))
+  monkeypatch.setattr(chat, "TEMPLATE_DIR", tmp_path)
+  with pytest.raises(ValueError, match="qwen3.jinja: expected sha256"):
+    chat.qwen3_chat_template("qwen3")
+  assert "toolcall" in chat.qwen3_chat_template("qwen3_append_only")  # ours carries no published hash
+
+
+def test_append_only_template_keeps_every_turn_as_generated(tok):
+  """The append-only template: each assistant turn renders as its prompt's generation prompt plus its
+  text, later turns and user messages change nothing before them, in every thinking mode. The official
+  template drops the first turn's reasoning once a user message follows it."""
+  assert _appends(tok, "qwen3_append_only") == [True, True]
+  assert _appends(tok, "qwen3_append_only", enable_thinking=False) == [True, True]
+  assert _appends(tok, "qwen3_append_only", think_prefilled=True) == [True, True]
+  assert _appends(tok, "qwen3_append_only", after="tool") == [True, True]
+  assert _appends(tok, "qwen3", after="tool") == [True, True]  # tool results are no new query
+  assert _appends(tok, "qwen3") == [False, False]  # a new user message drops the reasoning before it

@@ -162,6 +162,24 @@ def test_navigation_prompts_equal_the_official_template(nav, template, prefix):
     assert parse_assistant_turn(rec.text).tool_calls and not parse_assistant_turn(rec.text).content.startswith(REASONING)
 
 
+@pytest.mark.parametrize("prefix", ["", f"<think>\n{REASONING}\n</think>\n\n"])
+def test_the_models_chat_template_serves_the_official_prompts_of_a_tool_episode(nav, prefix):
+  """``models.chat.QWEN_CHAT_TEMPLATE`` (given to checkpoints without a template) renders the official
+  Qwen3 prompts of a Navigation episode, token for token."""
+  import copy
+
+  from models.chat import QWEN_CHAT_TEMPLATE
+
+  world, task = nav
+  official = qwen3_tokenizer("qwen3")
+  ours = copy.copy(official)
+  ours.chat_template = QWEN_CHAT_TEMPLATE
+  env = navigation.NavigationEnv(world, tools_in_prompt=False)
+  ep, seen = _play(env, task, ChatFormatter(ours, env.tool_schemas()), navigation.OracleAgent(task).act, prefix)
+  assert ep.traj.reward == 1.0
+  assert all(context == _template_ids(official, messages, env.tool_schemas()) for context, messages in seen)
+
+
 def test_no_thinking_mode_official_template_drops_the_empty_think_blocks(nav):
   """enable_thinking=False: the generation prompt holds an empty think block; the official template
   drops it from every earlier turn, so prompt k>0 differs from the trajectory exactly by those blocks.
