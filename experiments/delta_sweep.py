@@ -35,7 +35,8 @@ from rti_jax.config import load_config
 
 DELTAS = (0.0, 3.0, 5.0, 20.0, math.inf)
 #: per-iteration keys present in an RTI record but not in GRPO's loss metrics.
-RTI_ONLY_METRICS = ("cal_weight_mean", "intervened_tokens")
+RTI_ONLY_METRICS = ("cal_weight_mean", "intervened_tokens", "on_policy_tokens", "clip_frac_intervened",
+                    "clip_frac_on_policy")
 
 
 def delta_label(delta: float) -> str:

@@ -732,3 +732,32 @@ def test_bad_input_is_caught_at_trace_time_under_jit() -> None:
     f(_L, _L, np.zeros(5, np.float32), _M)
   with pytest.raises(ValueError, match="rewards: expected a real"):
     jax.jit(lambda r: O.group_advantages(r, 2))(jnp.zeros(4, jnp.complex64))
+
+
+def test_clip_fraction_is_reported_over_intervened_and_on_policy_tokens_apart() -> None:
+  lp, b = _full_batch(31)
+  lp = lp.at[3, 1:6].add(0.5)  # the intervened tokens move far from old_logp: most are clipped
+  inter = np.asarray(b.intervened_mask) != 0
+  mask = np.asarray(b.loss_mask) != 0
+  ratio = np.exp(np.asarray(lp, np.float64) - np.asarray(b.old_logp, np.float64))
+  clipped = (ratio < 0.8) | (ratio > 1.2)
+
+  def frac(sel):
+    return clipped[sel].mean() if sel.any() else 0.0
+
+  _, metrics = O.loss_from_batch(lp, b, O.LossConfig(name="rti", beta=0.1))
+  iv, on = mask & inter, mask & ~inter
+  assert iv.sum() > 0 and on.sum() > 0 and frac(iv) > frac(on)
+  np.testing.assert_allclose(float(metrics["clip_frac_intervened"]), frac(iv), rtol=1e-6)
+  np.testing.assert_allclose(float(metrics["clip_frac_on_policy"]), frac(on), rtol=1e-6)
+  np.testing.assert_allclose(float(metrics["clip_frac"]), frac(mask), rtol=1e-6)
+  assert float(metrics["intervened_tokens"]) == iv.sum() and float(metrics["on_policy_tokens"]) == on.sum()
+  # Chunks of rows combine to the whole batch's fractions.
+  parts = []
+  for rows in (slice(0, 3), slice(3, None)):
+    sub = O.RTIBatch(**{f: (v[rows] if hasattr(v, "ndim") and v.ndim >= 1 else v)
+                        for f, v in vars(b).items()})
+    parts.append(O.loss_from_batch(lp[rows], sub, O.LossConfig(name="rti", beta=0.1))[1])
+  combined = O.combine_chunk_metrics(parts)
+  for key in ("clip_frac_intervened", "clip_frac_on_policy", "clip_frac", "cal_weight_mean"):
+    np.testing.assert_allclose(combined[key], float(metrics[key]), rtol=1e-5, err_msg=key)

@@ -149,17 +149,26 @@ def _kl_args(batch: RTIBatch, cfg: LossConfig) -> dict:
 
 
 def _common_metrics(logp: jax.Array, batch: RTIBatch, cfg: LossConfig) -> dict:
-  """Clip fraction and the k1 / k3 estimates of KL(pi_old || pi_theta) over loss tokens."""
+  """Clip fraction and the k1 / k3 estimates of KL(pi_old || pi_theta) over loss tokens; with an
+  intervened mask, the clip fraction also over the intervened and the on-policy tokens apart."""
   mask = batch.loss_mask != 0
   d = jnp.where(mask, logp.astype(jnp.float32) - batch.old_logp.astype(jnp.float32), 0.0)
   ratio = jnp.exp(jnp.clip(d, -core.LOG_RATIO_CLAMP, core.LOG_RATIO_CLAMP))
-  clipped = (ratio < 1.0 - cfg.clip_low) | (ratio > 1.0 + cfg.clip_high)
-  return {
-      "clip_frac": core.aggregate(clipped.astype(jnp.float32), mask, "token-mean"),
+  clipped = ((ratio < 1.0 - cfg.clip_low) | (ratio > 1.0 + cfg.clip_high)).astype(jnp.float32)
+  out = {
+      "clip_frac": core.aggregate(clipped, mask, "token-mean"),
       "approx_kl_k1": core.aggregate(-d, mask, "token-mean"),
       "approx_kl_k3": core.aggregate(ratio - 1.0 - d, mask, "token-mean"),
       "num_tokens": jnp.sum(mask).astype(jnp.float32),
   }
+  if batch.intervened_mask is not None:
+    iv = mask & (batch.intervened_mask != 0)
+    on = mask & ~iv
+    out["clip_frac_intervened"] = core.aggregate(clipped, iv, "token-mean")
+    out["clip_frac_on_policy"] = core.aggregate(clipped, on, "token-mean")
+    out["intervened_tokens"] = jnp.sum(iv).astype(jnp.float32)
+    out["on_policy_tokens"] = jnp.sum(on).astype(jnp.float32)
+  return out
 
 
 def _parts(per_token: jax.Array, batch: RTIBatch, cfg: LossConfig, default_agg: str,
@@ -189,7 +198,6 @@ def _rti(logp: jax.Array, batch: RTIBatch, cfg: LossConfig) -> LossParts:
                                eps_cal=cfg.eps_cal)
   iv = (batch.intervened_mask != 0) & (batch.loss_mask != 0)
   metrics["cal_weight_mean"] = core.aggregate(w, iv, "token-mean")
-  metrics["intervened_tokens"] = jnp.sum(iv).astype(jnp.float32)
   return _parts(per_token, batch, cfg, "seq-mean-token-mean", metrics)
 
 
@@ -343,14 +351,17 @@ def length_chunks(batch: RTIBatch, n: int, bucket: Callable[[int], int]) -> list
 
 def combine_chunk_metrics(metrics: Sequence[dict[str, Any]]) -> dict[str, float]:
   """Metrics of length chunks as those of the whole batch: token counts summed, ``cal_weight_mean``
-  weighted by intervened tokens, every other metric weighted by ``num_tokens`` (token means)."""
+  and ``clip_frac_intervened`` weighted by intervened tokens, ``clip_frac_on_policy`` by on-policy
+  tokens, every other metric by ``num_tokens`` (token means)."""
   ms = [{k: float(v) for k, v in m.items()} for m in metrics]
   out: dict[str, float] = {}
+  weight_of = {"cal_weight_mean": "intervened_tokens", "clip_frac_intervened": "intervened_tokens",
+               "clip_frac_on_policy": "on_policy_tokens"}
   for key in ms[0]:
-    if key in ("num_tokens", "intervened_tokens"):
+    if key in ("num_tokens", "intervened_tokens", "on_policy_tokens"):
       out[key] = sum(m[key] for m in ms)
       continue
-    wkey = "intervened_tokens" if key == "cal_weight_mean" else "num_tokens"
+    wkey = weight_of.get(key, "num_tokens")
     w = np.asarray([m.get(wkey, 1.0) for m in ms])
     vals = np.asarray([m[key] for m in ms])
     out[key] = float((w * vals).sum() / w.sum()) if w.sum() > 0 else float(vals.mean())
