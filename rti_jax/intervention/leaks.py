@@ -76,7 +76,11 @@ def tokens(text: Any) -> list[tuple[str, int, int]]:
   out = []
   for m in _TOKEN_RE.finditer(s):
     piece, base = m.group(0), m.start()
-    cuts = [c.start() for c in _CAMEL_RE.finditer(piece)] if not piece[0].isdigit() else []
+    if piece.islower() or piece.isupper() or piece[1:].islower() or piece[0].isdigit():  # no case change inside
+      word = piece.casefold()
+      out.append((ABBREVIATIONS.get(word, word), base, m.end()))
+      continue
+    cuts = [c.start() for c in _CAMEL_RE.finditer(piece)]
     for a, b in zip([0, *cuts], [*cuts, len(piece)]):
       word = piece[a:b].casefold()
       out.append((ABBREVIATIONS.get(word, word), base + a, base + b))
@@ -103,7 +107,7 @@ class Matcher:
     if not self.targets:
       return {}
     s = plain(text)
-    toks = tokens(s)
+    toks = tokens(s)  # plain() of plain text is a no-op check
     found: dict[str, str] = {}
     for i in range(len(toks)):
       acc = ""
@@ -258,7 +262,8 @@ class Privileged:
   """Values of the evidence, each with a label naming it.
 
   strings: folded string -> label; numbers: value -> label (every number here is checked
-  bare; add only distinctive ones or ones that are always checked, such as coordinates).
+  bare; add only distinctive ones or ones that are always checked, such as coordinates). The
+  label names the value: the forms of one value (``l1002``, ``line1002``) share it.
   """
 
   strings: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -288,8 +293,10 @@ class Privileged:
     for text in texts:
       shown_strings.update(matcher.find(text))
       shown_numbers.update(abs(v) for v, _ in numbers_in(text))
-    return Privileged({k: v for k, v in self.strings.items() if k not in shown_strings},
-                      {n: v for n, v in self.numbers.items() if n not in shown_numbers})
+    # one value, several forms (an id and "line 1002", digits and the number): shown in one, shown in all
+    shown = {self.strings[k] for k in shown_strings} | {self.numbers[n] for n in shown_numbers if n in self.numbers}
+    return Privileged({k: v for k, v in self.strings.items() if v not in shown},
+                      {n: v for n, v in self.numbers.items() if v not in shown})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,8 +346,10 @@ class LeakScanner:
     """Every leaf of a JSON value (a tool call's arguments): strings as texts, numbers as read."""
     out = []
     for _, leaf in leaves(obj):
-      n = number_of(leaf)
-      out.extend(self._number(n, str(leaf)) if n is not None else self.scan_text(leaf))
+      if isinstance(leaf, str):
+        out.extend(self.scan_text(leaf))
+      elif (n := number_of(leaf)) is not None:
+        out.extend(self._number(n, repr(leaf)))
     return out
 
   def scan(self, text: Any, arguments: Iterable[Any] = ()) -> list[Leak]:

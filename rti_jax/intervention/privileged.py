@@ -140,8 +140,8 @@ def add_telecom_values(out: Privileged, obj: Any) -> Privileged:
     s = plain(leaf).strip()
     if key in _DIGIT_KEYS:
       out.add_string(s, f"{_DIGIT_KEYS[key]} {s!r}")
-      if s.isdigit():
-        out.add_number(number_of(int(s)), f"{_DIGIT_KEYS[key]} {s!r}")
+      if digits := _digits(s)[:30]:  # also read as one number ("one two three five")
+        out.add_number(number_of(int(digits)), f"{_DIGIT_KEYS[key]} {s!r}")
     elif _DATE_SHAPE.fullmatch(s):  # record dates (activation, billing periods): not personal values
       continue
     elif key == "phone_number" or _PHONE_SHAPE.fullmatch(s):
