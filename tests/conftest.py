@@ -27,6 +27,12 @@ if os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] == "1":  # jax may have read the
   jax.config.update("jax_disable_most_optimizations", True)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+  """``-n auto``: one worker per core, at most 4 (each worker holds its own JAX, torch and shared
+  policies, about 3 GB, and compiles its own programs)."""
+  return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
 def pytest_configure(config: pytest.Config) -> None:
   cache = getattr(config, "cache", None)  # None with -p no:cacheprovider
   if cache is None or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
