@@ -19,6 +19,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from models.config import QwenConfig
+from models.weight_table import expand_table
+from rti_jax.sharding import LOGICAL_AXES_KEY, constrain
 
 _MASK_VALUE = -1e30  # finite, so a fully masked (padding) query row stays NaN-free
 # Uncached (training / scoring) passes split the queries into at most this many causal blocks of at
@@ -26,6 +28,15 @@ _MASK_VALUE = -1e30  # finite, so a fully masked (padding) query row stays NaN-f
 # full T x T scores (0.56 at 8 blocks). Exact: the skipped keys are masked for those queries anyway.
 _CAUSAL_BLOCKS = 8
 _MIN_BLOCK = 128
+
+# Logical names of the activations' dimensions (mapped to mesh axes by rti_jax.sharding's table; the
+# constraints are active only under ``rti_jax.sharding.activation_sharding``).
+RESIDUAL = ("batch", "seq", "act_embed")  # [B, T, E]
+Q_HEADS = ("batch", "seq", "act_heads", "head_dim")  # [B, T, N, D]
+KV_HEADS = ("batch", "seq", "act_kv_heads", "head_dim")  # [B, T, Kv, D]
+ATTN_OUT = ("batch", "seq", "act_heads")  # [B, T, N * D]
+MLP_HIDDEN = ("batch", "seq", "act_mlp")  # [B, T, I]
+CACHE = ("batch", "act_kv_heads", "seq", "head_dim")  # [B, Kv, S, D]
 
 
 class LayerCache(NamedTuple):
@@ -102,9 +113,9 @@ class Attention(nnx.Module):
     index 0 is computed in causal query blocks that skip those keys.
     """
     b, t, _ = x.shape
-    q = self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim)
-    k = self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
-    v = self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
+    q = constrain(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim), Q_HEADS)
+    k = constrain(self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), KV_HEADS)
+    v = constrain(self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), KV_HEADS)
     if self.qk_norm:
       q, k = self.q_norm(q), self.k_norm(k)
     q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
@@ -121,6 +132,7 @@ class Attention(nnx.Module):
         start = (0, 0, cache_index, 0)
         k = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), start)
         v = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), start)
+      k, v = constrain(k, CACHE), constrain(v, CACHE)
       new_cache = LayerCache(k, v)
     groups = self.num_heads // self.num_kv_heads
     q = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim).transpose(0, 2, 3, 1, 4)
@@ -134,7 +146,7 @@ class Attention(nnx.Module):
         for lo in range(0, t, size)], axis=3)
     else:
       out = self._attend(q, k, v, mask)  # [B, Kv, G, T, D]
-    out = out.transpose(0, 3, 1, 2, 4).reshape(b, t, self.num_heads * self.head_dim)
+    out = constrain(out.transpose(0, 3, 1, 2, 4).reshape(b, t, self.num_heads * self.head_dim), ATTN_OUT)
     return self.o_proj(out), new_cache
 
   def _attend(self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
@@ -159,7 +171,8 @@ class MLP(nnx.Module):
     self.down_proj = nnx.Linear(config.intermediate_size, config.hidden_size, **lin)
 
   def __call__(self, x: jax.Array) -> jax.Array:
-    return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+    hidden = constrain(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x), MLP_HIDDEN)
+    return self.down_proj(hidden)
 
 
 class MoE(nnx.Module):
@@ -218,8 +231,8 @@ class DecoderLayer(nnx.Module):
 
   def __call__(self, x, positions, mask, inv_freq, cache=None, cache_index=None, causal=False):
     h, new_cache = self.attn(self.input_norm(x), positions, mask, inv_freq, cache, cache_index, causal)
-    x = x + h
-    return x + self.mlp(self.post_attn_norm(x)), new_cache
+    x = constrain(x + h, RESIDUAL)
+    return constrain(x + self.mlp(self.post_attn_norm(x)), RESIDUAL), new_cache
 
 
 def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
@@ -262,6 +275,7 @@ class Qwen(nnx.Module):
       self.lm_head = nnx.Param(nnx.initializers.normal(0.02)(
         rngs.params(), (config.hidden_size, config.vocab_size), param_dtype))
     self.dtype = dtype
+    annotate_logical_axes(self, config)
 
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array | None = None) -> jax.Array:
     """input_ids: [B, T] int; attention_mask: [B, T] (1 = real). Returns logits [B, T, V] fp32."""
@@ -285,7 +299,7 @@ class Qwen(nnx.Module):
     Returns final-norm hidden states [B, T, E] and the updated cache (None without one).
     """
     inv_freq = rope_inv_freq(self.config)
-    x = self.embed(input_ids)
+    x = constrain(self.embed(input_ids), RESIDUAL)
     new_cache = [] if cache is not None else None
     for i, layer in enumerate(self.layers):
       x, layer_cache = layer(x, positions, mask, inv_freq,
@@ -296,17 +310,42 @@ class Qwen(nnx.Module):
 
   def logits(self, h: jax.Array) -> jax.Array:
     """h: [..., E] -> logits [..., V] in fp32 (fp32 accumulation even for bf16 weights)."""
+    axes = ("batch",) + ("seq",) * (h.ndim - 2) + ("act_vocab",)
     if self.config.tie_word_embeddings:
       w = self.embed.embedding[...]
-      return jnp.einsum("...e,ve->...v", h, w.astype(h.dtype), preferred_element_type=jnp.float32,
-                        precision=self.precision)
+      return constrain(jnp.einsum("...e,ve->...v", h, w.astype(h.dtype), preferred_element_type=jnp.float32,
+                                  precision=self.precision), axes)
     w = self.lm_head[...]
-    return jnp.einsum("...e,ev->...v", h, w.astype(h.dtype), preferred_element_type=jnp.float32,
-                      precision=self.precision)
+    return constrain(jnp.einsum("...e,ev->...v", h, w.astype(h.dtype), preferred_element_type=jnp.float32,
+                                precision=self.precision), axes)
 
   def init_cache(self, batch: int, length: int, dtype: jnp.dtype | None = None) -> list[LayerCache]:
     """An empty KV cache: per layer k, v zeros [batch, num_kv_heads, length, head_dim]."""
     c = self.config
     dt = dtype or self.dtype
     shape = (batch, c.num_kv_heads, length, c.head_dim)
-    return [LayerCache(jnp.zeros(shape, dt), jnp.zeros(shape, dt)) for _ in range(c.num_layers)]
+    zeros = lambda: constrain(jnp.zeros(shape, dt), CACHE)  # noqa: E731
+    return [LayerCache(zeros(), zeros()) for _ in range(c.num_layers)]
+
+
+def annotate_logical_axes(model: Qwen, config: QwenConfig) -> None:
+  """Sets every parameter's ``logical_axes`` metadata from its row of ``models.weight_table``.
+
+  Raises ValueError if a parameter has no row, or a row's axes do not match its rank.
+  """
+  annotated = set()
+  for entry in expand_table(config):
+    if entry.path in annotated:
+      continue
+    var: object = model
+    for key in entry.path:
+      var = var[key] if isinstance(key, int) else getattr(var, key)
+    if not isinstance(var, nnx.Param) or len(entry.spec.axes) != var.ndim:
+      raise ValueError(f"weight table row {entry.spec.hf!r}: expected a rank-{len(entry.spec.axes)} parameter "
+                       f"at {'.'.join(map(str, entry.path))}, got {type(var).__name__} "
+                       f"{getattr(var, 'shape', None)}")
+    var.set_metadata(**{LOGICAL_AXES_KEY: tuple(entry.spec.axes)})
+    annotated.add(entry.path)
+  for path, _ in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+    if tuple(path) not in annotated:
+      raise ValueError(f"parameter {'.'.join(map(str, path))}: no row of the weight table names it")

@@ -26,8 +26,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from models.decode_copy import DecodeCopy, state_mesh
 from models.prefix_cache import PrefixCache
 from models.qwen import LayerCache, Qwen, causal_padding_mask, positions_from_mask
+from rti_jax.sharding import DECODE_AXIS_RULES, activation_sharding
 from rti_jax.shapes import bucket_length, bucket_rows
 
 _SCORE_CHUNK = 512  # time steps whose [B, chunk, V] logits are materialised at once
@@ -93,35 +95,37 @@ def sample_step(logits: jax.Array, key: jax.Array, temperature: jax.Array, top_k
   return tokens, logp, jnp.where(greedy, 0.0, slogp)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "num_new"))
+@functools.partial(jax.jit, static_argnames=("graphdef", "num_new", "mesh"))
 def _generate_jit(graphdef: nnx.GraphDef, state: nnx.State, prompt_ids: jax.Array,
                   prompt_mask: jax.Array, row_valid: jax.Array, key: jax.Array,
                   max_new_tokens: jax.Array, temperature: jax.Array, top_k: jax.Array,
-                  top_p: jax.Array, stop_ids: jax.Array, pad_id: jax.Array, num_new: int):
+                  top_p: jax.Array, stop_ids: jax.Array, pad_id: jax.Array, num_new: int, mesh: Any = None):
   """prompt_ids, prompt_mask: [B, P] left-padded; row_valid: [B] bool; stop_ids: [K] (-1 = none).
+  mesh: the decoding mesh (activation constraints by ``DECODE_AXIS_RULES``), or None.
 
   Returns tokens [B, num_new], logprobs, sampling_logprobs [B, num_new], n_generated [B],
   stopped [B].
   """
-  model = nnx.merge(graphdef, state)
-  b, p = prompt_ids.shape
-  cache = model.init_cache(b, p + num_new)
-  prefill_mask = jnp.concatenate(
-    [causal_padding_mask(prompt_mask), jnp.zeros((b, p, num_new), bool)], axis=-1)
-  h, cache = model.forward(prompt_ids, positions_from_mask(prompt_mask), prefill_mask, cache, 0, causal=True)
-  logits = model.logits(h[:, -1])
-  lengths = jnp.sum(prompt_mask, axis=-1).astype(jnp.int32)  # [B] next position per row
-  prompt_keys = prompt_mask.astype(bool)
+  with activation_sharding(mesh, DECODE_AXIS_RULES):
+    model = nnx.merge(graphdef, state)
+    b, p = prompt_ids.shape
+    cache = model.init_cache(b, p + num_new)
+    prefill_mask = jnp.concatenate(
+      [causal_padding_mask(prompt_mask), jnp.zeros((b, p, num_new), bool)], axis=-1)
+    h, cache = model.forward(prompt_ids, positions_from_mask(prompt_mask), prefill_mask, cache, 0, causal=True)
+    logits = model.logits(h[:, -1])
+    lengths = jnp.sum(prompt_mask, axis=-1).astype(jnp.int32)  # [B] next position per row
+    prompt_keys = prompt_mask.astype(bool)
 
-  def feed(tok, cache, step):
-    gen_keys = jnp.arange(num_new)[None, :] <= step
-    mask = jnp.concatenate([prompt_keys, jnp.broadcast_to(gen_keys, (b, num_new))], axis=-1)
-    h, cache = model.forward(tok[:, None], (lengths + step)[:, None], mask[:, None, :], cache, p + step)
-    return model.logits(h[:, 0]), cache
+    def feed(tok, cache, step):
+      gen_keys = jnp.arange(num_new)[None, :] <= step
+      mask = jnp.concatenate([prompt_keys, jnp.broadcast_to(gen_keys, (b, num_new))], axis=-1)
+      h, cache = model.forward(tok[:, None], (lengths + step)[:, None], mask[:, None, :], cache, p + step)
+      return model.logits(h[:, 0]), cache
 
-  toks, lps, slps, n_gen, stopped, _ = _decode(feed, logits, cache, key, row_valid, max_new_tokens, temperature,
-                                               top_k, top_p, stop_ids, pad_id, num_new)
-  return toks, lps, slps, n_gen, stopped
+    toks, lps, slps, n_gen, stopped, _ = _decode(feed, logits, cache, key, row_valid, max_new_tokens, temperature,
+                                                 top_k, top_p, stop_ids, pad_id, num_new)
+    return toks, lps, slps, n_gen, stopped
 
 
 def _decode(feed: Any, logits: jax.Array, cache: Any, key: jax.Array, row_valid: jax.Array,
@@ -159,11 +163,11 @@ def _decode(feed: Any, logits: jax.Array, cache: Any, key: jax.Array, row_valid:
   return toks, lps, slps, n_gen, stopped, cache
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "num_new"), donate_argnames=("cache",))
+@functools.partial(jax.jit, static_argnames=("graphdef", "num_new", "mesh"), donate_argnames=("cache",))
 def _generate_cached_jit(graphdef: nnx.GraphDef, state: nnx.State, cache: list[LayerCache], ids: jax.Array,
                          n_in: jax.Array, start: jax.Array, row_valid: jax.Array, key: jax.Array,
                          max_new_tokens: jax.Array, temperature: jax.Array, top_k: jax.Array, top_p: jax.Array,
-                         stop_ids: jax.Array, pad_id: jax.Array, num_new: int):
+                         stop_ids: jax.Array, pad_id: jax.Array, num_new: int, mesh: Any = None):
   """The prefix-cache path: no padding inside a row, slot = position.
 
   cache: per layer k, v ``[B, Kv, S, D]`` whose slots ``[0, start_i)`` hold row i's stored prefix;
@@ -173,22 +177,23 @@ def _generate_cached_jit(graphdef: nnx.GraphDef, state: nnx.State, cache: list[L
   :func:`_generate_jit` returns and the cache, whose slots ``[0, start_i + n_in_i + n_gen_i)``
   hold the prompt and every generated id (each sampled id is fed before the loop ends).
   """
-  model = nnx.merge(graphdef, state)
-  b, r = ids.shape
-  slots = jnp.arange(cache[0].k.shape[2])
-  positions = start[:, None] + jnp.arange(r)[None, :]
-  h, cache = model.forward(ids, positions, slots[None, None, :] <= positions[:, :, None], cache, start)
-  last = jnp.clip(n_in - 1, 0, r - 1)
-  logits = model.logits(h[jnp.arange(b), last])
-  lengths = start + n_in  # next slot per row
+  with activation_sharding(mesh, DECODE_AXIS_RULES):
+    model = nnx.merge(graphdef, state)
+    b, r = ids.shape
+    slots = jnp.arange(cache[0].k.shape[2])
+    positions = start[:, None] + jnp.arange(r)[None, :]
+    h, cache = model.forward(ids, positions, slots[None, None, :] <= positions[:, :, None], cache, start)
+    last = jnp.clip(n_in - 1, 0, r - 1)
+    logits = model.logits(h[jnp.arange(b), last])
+    lengths = start + n_in  # next slot per row
 
-  def feed(tok, cache, step):
-    pos = lengths + step
-    h, cache = model.forward(tok[:, None], pos[:, None], slots[None, None, :] <= pos[:, None, None], cache, pos)
-    return model.logits(h[:, 0]), cache
+    def feed(tok, cache, step):
+      pos = lengths + step
+      h, cache = model.forward(tok[:, None], pos[:, None], slots[None, None, :] <= pos[:, None, None], cache, pos)
+      return model.logits(h[:, 0]), cache
 
-  return _decode(feed, logits, cache, key, row_valid, max_new_tokens, temperature, top_k, top_p, stop_ids, pad_id,
-                 num_new)
+    return _decode(feed, logits, cache, key, row_valid, max_new_tokens, temperature, top_k, top_p, stop_ids, pad_id,
+                   num_new)
 
 
 def _common_prefix_len(rows: Sequence[np.ndarray]) -> int:
@@ -231,10 +236,12 @@ def next_token_logprobs(model: Qwen, input_ids: jax.Array, attention_mask: jax.A
   return logp.at[:, -1].set(0.0)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef",))
-def _score_jit(graphdef: nnx.GraphDef, state: nnx.State, ids: jax.Array, mask: jax.Array) -> jax.Array:
+@functools.partial(jax.jit, static_argnames=("graphdef", "mesh"))
+def _score_jit(graphdef: nnx.GraphDef, state: nnx.State, ids: jax.Array, mask: jax.Array,
+               mesh: Any = None) -> jax.Array:
   """ids, mask: [B, T] right-padded -> :func:`next_token_logprobs` [B, T]."""
-  return next_token_logprobs(nnx.merge(graphdef, state), ids, mask)
+  with activation_sharding(mesh, DECODE_AXIS_RULES):
+    return next_token_logprobs(nnx.merge(graphdef, state), ids, mask)
 
 
 def _check_ids(name: str, seqs: Sequence[Sequence[int]], vocab_size: int, allow_empty: bool) -> list[np.ndarray]:
@@ -276,10 +283,16 @@ class Sampler:
     Entries live in host memory (per token: layers x 2 x kv heads x head dim values; 0.75 KB for
     the tiny Telecom policy, 144 KB for Qwen3-8B in bf16), so it suits small models; at scale
     SGLang's own prefix (radix) cache does this job.
+  mesh: the devices to decode on (a ``rti_jax.sharding.make_mesh`` mesh); default: the mesh the
+    model's parameters are spread over, if any. The sampler keeps its own copy of the parameters
+    (``models.decode_copy``): in ``param_dtype`` (default the model's compute dtype ``model.dtype``:
+    a bf16 copy of fp32 master weights), laid out by ``rti_jax.sharding.DECODE_AXIS_RULES`` on that
+    mesh; ``sync_weights`` refreshes it on the devices. Parameters already in that dtype and
+    layout are used without a copy.
   """
 
   def __init__(self, model: Qwen, *, max_cache_len: int | None = None, max_attention_bytes: int = 1 << 30,
-               prefix_cache_bytes: int = 0):
+               prefix_cache_bytes: int = 0, mesh: Any = None, param_dtype: Any = None):
     self.config = model.config
     self.max_cache_len = int(max_cache_len or model.config.max_position_embeddings)
     if int(max_attention_bytes) < 1:
@@ -289,7 +302,11 @@ class Sampler:
     self.max_attention_bytes = int(max_attention_bytes)
     self.prefix_cache = PrefixCache(prefix_cache_bytes, self.max_cache_len) if prefix_cache_bytes else None
     self.cache_dtype = np.dtype(model.dtype)
-    self.graphdef, self.state = nnx.split(model)
+    self.graphdef, state = nnx.split(model)
+    mesh = state_mesh(state) if mesh is None else mesh
+    self.mesh = mesh if mesh is not None and mesh.size > 1 else None
+    self._decode_copy = DecodeCopy(state, mesh=mesh, dtype=model.dtype if param_dtype is None else param_dtype)
+    self.state = self._decode_copy(state)
 
   def _rows_per_call(self, length: int, width: int) -> int:
     """The most rows (a power of two, >= 1) whose attention scores fit ``max_attention_bytes``."""
@@ -302,7 +319,8 @@ class Sampler:
     graphdef, state = nnx.split(model)
     if graphdef != self.graphdef:
       raise ValueError("model: expected the same architecture as the sampler's model, got a different graph")
-    self.state = state
+    self.state = None  # the old copy is freed before the new one is made
+    self.state = self._decode_copy(state)
     if self.prefix_cache is not None:
       self.prefix_cache.clear()  # stored keys and values were computed with the old weights
 
@@ -360,7 +378,7 @@ class Sampler:
     toks, lps, slps, n_gen, stopped = _generate_jit(
       self.graphdef, self.state, jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(valid), key,
       jnp.int32(max_new_tokens), fill(temperature, jnp.float32), fill(top_k, jnp.int32),
-      fill(top_p, jnp.float32), jnp.asarray(stop_arr), jnp.int32(pad_id), num_new=nb)
+      fill(top_p, jnp.float32), jnp.asarray(stop_arr), jnp.int32(pad_id), num_new=nb, mesh=self.mesh)
     toks, lps, slps, n_gen, stopped = jax.device_get((toks, lps, slps, n_gen, stopped))
     return GenerateOutput(
       tokens=[toks[i, :n_gen[i]] for i in range(b)],
@@ -424,7 +442,8 @@ class Sampler:
     out = _generate_cached_jit(
       self.graphdef, self.state, layers, jnp.asarray(ids), jnp.asarray(n_in), jnp.asarray(start),
       jnp.asarray(np.arange(bb) < b), key, jnp.int32(max_new_tokens), fill(temperature, jnp.float32),
-      fill(top_k, jnp.int32), fill(top_p, jnp.float32), jnp.asarray(stop_arr), jnp.int32(pad_id), num_new=nb)
+      fill(top_k, jnp.int32), fill(top_p, jnp.float32), jnp.asarray(stop_arr), jnp.int32(pad_id), num_new=nb,
+      mesh=self.mesh)
     toks, lps, slps, n_gen, stopped, layers = jax.device_get(out)
     for i, r in enumerate(rows):
       n = int(n_gen[i]) if keep_generated else 0
@@ -466,7 +485,7 @@ class Sampler:
       ids[i, :lengths[i]] = np.concatenate([p, r])
       mask[i, :lengths[i]] = 1
     logp = np.asarray(jax.device_get(
-      _score_jit(self.graphdef, self.state, jnp.asarray(ids), jnp.asarray(mask))))
+      _score_jit(self.graphdef, self.state, jnp.asarray(ids), jnp.asarray(mask), mesh=self.mesh)))
     return [logp[i, len(p) - 1:len(p) - 1 + len(r)] for i, (p, r) in enumerate(zip(p_rows, r_rows))]
 
 

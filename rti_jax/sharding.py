@@ -21,9 +21,11 @@ and an optax update.
 from __future__ import annotations
 
 import collections
+import contextlib
+import contextvars
 import dataclasses
 import math
-from typing import Any, Callable, Hashable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Hashable, Iterator, Mapping, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +42,10 @@ LOGICAL_AXIS_RULES: Mapping[str, tuple[str, ...] | None] = {
     # activations
     "batch": ("data", "fsdp"),
     "seq": None,
+    "act_embed": None,
+    "act_heads": ("tensor",),
+    "act_kv_heads": ("tensor",),
+    "act_mlp": ("tensor",),
     "act_vocab": ("tensor",),
     # parameters
     "vocab": ("tensor",),
@@ -58,6 +64,10 @@ LOGICAL_AXIS_RULES: Mapping[str, tuple[str, ...] | None] = {
 
 Rules = Mapping[str, "tuple[str, ...] | None"]
 """The type of a sharding table."""
+
+DECODE_AXIS_RULES: Rules = {**LOGICAL_AXIS_RULES, "embed": None}
+"""The sampler's table: as the trainer's, but parameters are not split over ``embed`` (each decode
+step would otherwise gather every weight); the batch still splits as ``"batch"`` says."""
 
 LOGICAL_AXES_KEY = "logical_axes"
 """Variable metadata key holding a parameter's logical axis names (one per dimension)."""
@@ -134,6 +144,37 @@ def logical_to_spec(logical_axes: Sequence[str | None], *, mesh: Mesh | None = N
       used |= set(axes)
     spec.append(axes)
   return PartitionSpec(*spec)
+
+
+_ACTIVATION_MESH: contextvars.ContextVar[tuple[Mesh, Rules] | None] = contextvars.ContextVar(
+    "activation_mesh", default=None)
+
+
+@contextlib.contextmanager
+def activation_sharding(mesh: Mesh | None, rules: Rules = LOGICAL_AXIS_RULES) -> Iterator[None]:
+  """While active, :func:`constrain` pins activations to ``mesh`` through ``rules``.
+
+  Enter it inside the function being traced (the train step and the sampler do), so each jitted
+  program's constraints follow the mesh it was built for. ``mesh`` None or of one device: no
+  constraints at all (the single-device program is unchanged).
+  """
+  token = _ACTIVATION_MESH.set(None if mesh is None or mesh.size == 1 else (mesh, rules))
+  try:
+    yield
+  finally:
+    _ACTIVATION_MESH.reset(token)
+
+
+def constrain(x: jax.Array, logical_axes: Sequence[str | None]) -> jax.Array:
+  """``x`` with a sharding constraint from its dimensions' logical names (one per dimension) under
+  the active :func:`activation_sharding`; ``x`` unchanged outside one. A dimension its mesh axes do
+  not divide (a batch of one row while decoding) is left unconstrained (replicated)."""
+  active = _ACTIVATION_MESH.get()
+  if active is None:
+    return x
+  mesh, rules = active
+  spec = logical_to_spec(tuple(logical_axes), mesh=mesh, shape=x.shape, rules=rules, name="activation")
+  return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
 
 
 def _fallback_spec(shape: tuple[int, ...], mesh: Mesh,
@@ -327,7 +368,7 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
     jitted, jit_grads, jit_apply = _STEP_CACHE[key]
   else:
     jitted, jit_grads, jit_apply = _jit_step_functions(graphdef, tx, mesh, loss_cfg, logp_fn, micro_batches, donate,
-                                                       state_sh, b_sh, logits_sh, p_sh, replicated)
+                                                       state_sh, b_sh, logits_sh, p_sh, replicated, rules)
     if key is not None:
       _STEP_CACHE[key] = (jitted, jit_grads, jit_apply)
       while len(_STEP_CACHE) > _STEP_CACHE_SIZE:
@@ -341,7 +382,7 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
 def _jit_step_functions(graphdef: Any, tx: optax.GradientTransformation, mesh: Mesh, loss_cfg: LossConfig,
                         logp_fn: LogpFn, micro_batches: int, donate: bool, state_sh: TrainState,
                         b_sh: NamedSharding, logits_sh: NamedSharding, p_sh: Any, replicated: NamedSharding,
-                        ) -> tuple[Callable, Callable, Callable]:
+                        rules: Rules = LOGICAL_AXIS_RULES) -> tuple[Callable, Callable, Callable]:
   """The jitted ``step``, ``grads`` and ``apply`` of ``make_train_step`` (see there)."""
   parts_of = get_loss(loss_cfg.name)
   k = micro_batches
@@ -350,7 +391,8 @@ def _jit_step_functions(graphdef: Any, tx: optax.GradientTransformation, mesh: M
     """Loss numerator (differentiated), with the denominator and metrics as aux."""
     batch.check()
     net = nnx.merge(graphdef, p, rest_state)
-    logits = net(batch.input_ids, batch.attention_mask)
+    with activation_sharding(mesh, rules):  # the model's own activation constraints (models.qwen)
+      logits = net(batch.input_ids, batch.attention_mask)
     if logits.ndim != 3 or tuple(logits.shape[:2]) != tuple(batch.input_ids.shape):
       raise ValueError(f"model(input_ids, attention_mask): expected logits [B, T, V] with "
                        f"[B, T]={tuple(batch.input_ids.shape)}, got {tuple(logits.shape)}")

@@ -3,7 +3,8 @@
 ``generate`` returns, per token, the policy's log-prob at temperature 1 (the
 behaviour log-prob the loss needs), whatever temperature was sampled with;
 ``score`` is teacher-forced. ``sync_weights`` swaps in a model's current parameters
-(same architecture) without recompiling.
+(same architecture) without recompiling: the sampler's copy of them (compute dtype, decode
+layout on ``mesh``) is made on the devices by one jitted cast, no host round trip.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ class JaxBackend:
   use (default: the model's ``max_position_embeddings``). pad_id: the padding id.
   prefix_cache_bytes: > 0 keeps each row's KV so the next turn of an episode prefills only what
   follows its stored prefix (``models.sampler.Sampler``); 0 (default): every prompt prefilled whole.
+  mesh: the devices to decode on (default: those the model's parameters are spread over).
   """
 
   def __init__(self, model: Any, *, max_cache_len: int | None = None, pad_id: int = 0,
-               prefix_cache_bytes: int = 0) -> None:
-    self.sampler = Sampler(model, max_cache_len=max_cache_len, prefix_cache_bytes=prefix_cache_bytes)
+               prefix_cache_bytes: int = 0, mesh: Any = None) -> None:
+    self.sampler = Sampler(model, max_cache_len=max_cache_len, prefix_cache_bytes=prefix_cache_bytes, mesh=mesh)
     self.pad_id = int(pad_id)
 
   def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int) -> list[Completion]:
@@ -57,6 +59,7 @@ class JaxBackend:
     return [np.asarray(x, np.float32) for x in self.sampler.score(prompts, responses)]
 
   def sync_weights(self, model: Any) -> None:
+    """The sampler decodes with ``model``'s parameters from now on (a device-side copy)."""
     self.sampler.sync_weights(model)
 
 
