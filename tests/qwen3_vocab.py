@@ -7,7 +7,9 @@ normalisation and ByteLevel decoding, then adds Qwen3's 26 added tokens at their
 151643..151668 (``QWEN3_ADDED_TOKENS``, from Qwen3's ``tokenizer_config.json``) with the same
 special / non-special split, so ``<think>``, ``<tool_call>`` etc. survive ``skip_special_tokens``.
 The ranks file is checked against ``QWEN_TIKTOKEN_SHA256`` before use; the build (about 3 s) runs
-once per test process (``functools.lru_cache``).
+once per test process (``functools.lru_cache``), and where pytest's cache directory exists its result
+is kept there (``.pytest_cache/rti-jax-qwen3/``, keyed by everything the build reads), so later runs
+load it instead.
 """
 
 from __future__ import annotations
@@ -103,9 +105,39 @@ def _fast_tokenizer():
     additional_special_tokens=[c for i, c, _ in QWEN3_ADDED_TOKENS if IM_START_ID <= i <= 151656])
 
 
+def _cache_file() -> Path | None:
+  """Where the built tokenizer is kept between runs, when pytest's cache directory exists."""
+  import tokenizers
+
+  root = Path(__file__).resolve().parent.parent / ".pytest_cache"
+  if not root.is_dir():
+    return None
+  key = hashlib.sha256(repr((QWEN_TIKTOKEN_SHA256, QWEN2_PATTERN, QWEN3_ADDED_TOKENS, tokenizers.__version__,
+                             Path(__file__).read_bytes())).encode()).hexdigest()[:16]
+  return root / "rti-jax-qwen3" / f"tokenizer-{key}.json"
+
+
 @functools.lru_cache(maxsize=1)
 def _base_tokenizer(path: str):
-  """The ``tokenizers`` BPE with the added tokens."""
+  """The ``tokenizers`` BPE with the added tokens (from the cache file when there is one)."""
+  from tokenizers import Tokenizer
+
+  cache = _cache_file()
+  if cache is not None and cache.is_file():
+    tok = Tokenizer.from_file(str(cache))
+    if tok.get_vocab_size() == QWEN3_ADDED_TOKENS[-1][0] + 1 and all(
+        tok.token_to_id(c) == i for i, c, _ in QWEN3_ADDED_TOKENS):
+      return tok
+  tok = _build(path)
+  if cache is not None:
+    cache.parent.mkdir(exist_ok=True)
+    tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+    tok.save(str(tmp))
+    os.replace(tmp, cache)
+  return tok
+
+
+def _build(path: str):
   from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
   from transformers.convert_slow_tokenizer import TikTokenConverter
 

@@ -204,13 +204,14 @@ def test_no_thinking_mode_official_template_drops_the_empty_think_blocks(nav):
 
 
 def _telecom(template: str, prefix: str, **kw):
+  from rti_jax.envs.telecom.condensed import CONDENSED_POLICY
   from rti_jax.envs.telecom.env import TelecomEnv
   from rti_jax.envs.telecom.scripted_agents import GoldAgent
   from rti_jax.envs.telecom.tasks import load_split
 
   task = load_split("test")[0]
   tk = qwen3_tokenizer(template)
-  env = TelecomEnv(seed=0)  # writes its own system prompt with the tools
+  env = TelecomEnv(policy=CONDENSED_POLICY, seed=0)  # writes its own system prompt with the tools
   fmt = ChatFormatter(tk, template_kwargs=kw)
   ep, seen = _play(env, task, fmt, GoldAgent(task).act, prefix)
   return tk, ep, seen
@@ -239,10 +240,28 @@ def test_telecom_prompts_and_the_official_rule_for_earlier_reasoning():
     assert (served == context) == expect_same
     differ += served != context
   assert differ == len(seen) - 1  # every prompt after the first reply
-  for template, prefix in (("qwen3", ""), ("qwen3_append_only", think)):
-    tk, ep, seen = _telecom(template, prefix)
-    assert ep.traj.reward == 1.0
-    assert all(context == _template_ids(tk, messages) for context, messages in seen)
+  tk, ep, seen = _telecom("qwen3", "")
+  assert ep.traj.reward == 1.0
+  assert all(context == _template_ids(tk, messages) for context, messages in seen)
+  # enable_thinking=False: the official template serves the first prompt only (empty blocks dropped)
+  tk, ep, seen = _telecom("qwen3", "", enable_thinking=False)
+  assert [context == _template_ids(tk, messages, enable_thinking=False) for context, messages in seen] == (
+    [True] + [False] * (len(seen) - 1))
+
+
+@pytest.mark.parametrize("kw", [{}, {"enable_thinking": False}, {"think_prefilled": True}])
+def test_the_append_only_template_serves_every_prompt_of_both_benchmarks(nav, kw):
+  think = "" if kw else f"<think>\n{REASONING}\n</think>\n\n"
+  prefix = f"{REASONING}\n</think>\n\n" if kw.get("think_prefilled") else think
+  tk, ep, seen = _telecom("qwen3_append_only", prefix, **kw)
+  assert ep.traj.reward == 1.0
+  assert all(context == _template_ids(tk, messages, **kw) for context, messages in seen)
+  world, task = nav
+  env = navigation.NavigationEnv(world, tools_in_prompt=False)
+  ep, seen = _play(env, task, ChatFormatter(tk, env.tool_schemas(), template_kwargs=kw),
+                   navigation.OracleAgent(task).act, prefix)
+  assert ep.traj.reward == 1.0
+  assert all(context == _template_ids(tk, messages, env.tool_schemas(), **kw) for context, messages in seen)
 
 
 def test_thinking_2507_turns_are_parsed_without_an_opening_think():
