@@ -18,7 +18,8 @@ from rti_jax.envs.navigation.world import parse_location
 from rti_jax.envs.telecom import TelecomEnv, get_task
 from rti_jax.envs.telecom.scripted_agents import tool_call_text as tel_call
 from rti_jax.intervention import NavigationRuleVerifier, StepContext, TelecomRuleVerifier
-from rti_jax.intervention.leaks import LeakScanner, Matcher, Privileged, fold, numbers_in
+from rti_jax.intervention.leaks import LeakScanner, Matcher, Privileged, coordinate_pairs, fold, numbers_in
+from rti_jax.intervention.rules_navigation import coords_in
 from rti_jax.intervention.privileged import navigation_privileged, telecom_privileged
 from intervention_doubles import tool_call_text as nav_call
 
@@ -217,6 +218,14 @@ def test_navigation_hidden_city_in_a_search_is_rejected_once_shown_accepted():
   assert _nav(leak, history=shown).ok
 
 
+def test_navigation_a_stop_the_query_does_not_name_is_privileged_whole_and_by_word():
+  ev = dict(NAV_EVIDENCE, ref=NAV_EVIDENCE["ref"] + [{"name": "Baiyun Pagoda", "city": "Taipei", "location": C_TP}])
+  for text in ("Maybe the BAIYUN-pagoda?", nav_call("around_search", location=C_BJ, keyword="baiyun"),
+               nav_call("around_search", location=C_BJ, keyword="Pagoda"), nav_call("poi_search", address="Baiyun")):
+    assert "not_derivable" in _nav(text, evidence=ev).reasons, text
+  assert _nav(nav_call("around_search", location=C_BJ, keyword="temple"), evidence=ev).ok  # the query shows "Temple"
+
+
 def test_navigation_rules_follow_made_up_evidence():
   """Nothing is a list of known spellings: a city and a point that exist in no world are enforced."""
   ev = {"order": 0, "ref": [{"name": "Yixing Temple", "city": "Quexton", "location": "77.1234,12.9876"},
@@ -235,7 +244,7 @@ D2_TASK = ("[mms_issue]airplane_mode_on|bad_network_preference|bad_wifi_calling|
 TEL = TelecomRuleVerifier()
 ASK = "Please run toggle_data() on your phone and tell me the result."
 #: (value, respelling strategy) of App. D.2's customer: what the backend and the task hold
-TEL_PRIVILEGED = [("John", "text"), ("Smith", "text"), ("John Smith", "text"), ("L1002", "text"),
+TEL_PRIVILEGED = [("C1001", "text"), ("John", "text"), ("Smith", "text"), ("John Smith", "text"), ("L1002", "text"),
                   ("john.smith@example.com", "text"), ("1235", "digits"), ("123 Main St", "text"), ("90210", "digits"),
                   ("555-123-1002", "digits"), ("15.1", "number"), ("Anytown", "text"), ("1985-06-15", "digits")]
 
@@ -393,6 +402,20 @@ def test_scans_are_linear(make):
   large = min(_seconds(fn, make(20_000)) for _ in range(3))
   # 8x the text: linear ~8x, quadratic ~64x (the floor absorbs cache effects on the small input)
   assert large < 3.0 and large < 24 * max(small, 2e-2), (small, large)
+
+
+@given(st.decimals(min_value=-180, max_value=180, places=4), st.decimals(min_value=-90, max_value=90, places=4))
+@settings(max_examples=100, deadline=None)
+def test_coordinate_pairs_agree_with_the_literal_reading(lon, lat):
+  text = f"at {lon},{lat} and {lon} , {lat}."
+  assert coordinate_pairs(text) == coords_in(text)  # the reference: the rules' literal "lon,lat" pattern
+
+
+def test_coordinate_pairs_read_what_the_tool_reads():
+  for spelled in ("121.5409,25.0533", " +121.5409 , +25.0533", "1.215409e2,2.50533E1", "121.54_09,25.0533"):
+    lon, lat = parse_location(spelled)
+    assert coordinate_pairs(f"at {spelled}.") == {(lon.normalize(), lat.normalize())}, spelled
+  assert coordinate_pairs("steps 2, 3 and 1.5, 200.5 or 181.5,2.5") == set()  # integers, a latitude over 90
 
 
 def test_coordinates_the_tool_reads_are_the_ones_checked():

@@ -203,6 +203,29 @@ def numbers_in(text: Any) -> list[tuple[Decimal, str]]:
   return out
 
 
+_PAIR_NUMBER_RE = re.compile(r"[-+]?[0-9]+(?:_[0-9]+)*\.[0-9]+(?:_[0-9]+)*(?:[eE][-+]?[0-9]{1,9})?")
+_PAIR_GAP_RE = re.compile(r"\s*,\s*")
+
+
+def coordinate_pairs(text: Any) -> set[tuple[Decimal, Decimal]]:
+  """Every ``lon,lat`` written in ``text``: two decimal literals (a sign and an exponent allowed, as
+  the tools read them) around a comma, longitude within +-180 and latitude within +-90."""
+  s = text if isinstance(text, str) else ""
+  out = set()
+  prev: tuple[Decimal | None, int] = (None, -1)
+  for m in _PAIR_NUMBER_RE.finditer(s):
+    literal = m.group(0)
+    value = _decimal(literal.lstrip("+-"))
+    if value is not None and literal.startswith("-"):
+      value = -value
+    lon, end = prev
+    if lon is not None and value is not None and _PAIR_GAP_RE.fullmatch(s, end, m.start()) is not None:
+      if abs(lon) <= 180 and abs(value) <= 90:
+        out.add((lon, value))
+    prev = (value, m.end())
+  return out
+
+
 def is_distinctive(value: Decimal) -> bool:
   """Checked without a unit: a fractional part, or at least four digits."""
   return value != value.to_integral_value() or abs(value) >= 1000

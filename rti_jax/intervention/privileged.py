@@ -6,7 +6,7 @@ known values:
 * Navigation (``NavigationEnv.reward_evidence()``): every coordinate a stop is given by (a
   ``"lon,lat"`` string read by ``world.parse_location``, as the tools read it: its longitude and
   latitude), every city (``city`` / ``region`` fields) and every place name (``name`` /
-  ``names`` / ``places`` fields).
+  ``names`` / ``places`` fields), whole and each of its words.
 * Telecom (``TelecomEnv.reward_evidence()``, the task's initial state named by its ``task_id``,
   and the carrier's backend records, which only the agent's lookups show): person names,
   backend ids (``C1001``, also as ``customer 1001``), phone numbers (digits, with or without the
@@ -45,6 +45,8 @@ def navigation_privileged(evidence: Any) -> Privileged:
       out.add_string(leaf, f"the reference city {leaf!r}")
     elif key in _PLACE_KEYS and parse_location(leaf) is None and leaf not in TOOL_NAMES:  # not the reference call's name
       out.add_string(leaf, f"the reference place {leaf!r}")
+      for word in leaf.split():  # a word of it alone finds the place too (a search by a name's first word)
+        out.add_string(word, f"the word {word!r} of the reference place {leaf!r}")
   return out
 
 

@@ -56,7 +56,7 @@ from rti_jax.envs.navigation.agents import search_resolution
 from rti_jax.envs.navigation.world import parse_location, without_label
 from rti_jax.envs.tool_calls import ToolCall, parse_assistant_turn
 from rti_jax.intervention.judges import StepContext, ValidatorJudgement, VerifierJudgement
-from rti_jax.intervention.leaks import LeakScanner, leaves, numbers_in
+from rti_jax.intervention.leaks import LeakScanner, coordinate_pairs, leaves, numbers_in
 from rti_jax.intervention.privileged import navigation_privileged
 from rti_jax.policy.check_line import CHECK_PREFIX
 
@@ -441,9 +441,9 @@ class NavigationRuleVerifier:
       reasons.append("hallucinated_tool_result")
       notes.append("writes a tool response itself.")
     seen_text = visible_text(ctx)
-    seen = coords_in(seen_text)
+    seen = coords_in(seen_text) | coordinate_pairs(seen_text)
     low = seen_text.lower()
-    unseen = coords_in(corrected) - seen
+    unseen = coordinate_pairs(corrected) - seen
     bad: list[str] = [f"coordinate {c}" for c in sorted(f"{a},{b}" for a, b in unseen)]
     turn = parse_assistant_turn(corrected)
     for _, leaf in leaves([c.arguments for c in turn.tool_calls]):  # coordinates as the tools read them

@@ -7,7 +7,7 @@ On the correction u~_k (its ``<think>`` block too: those tokens are trained on);
     (App. D.2: "John", "L1002", "15.1 GB" the user never said). Two layers: the value shapes
     below (any id, phone number or figure the conversation has not shown), and the privileged
     values themselves (``privileged.telecom_privileged``: the evidence, the task's initial state
-    and the backend records, minus what the conversation, the tools or the policy show), found
+    and the backend records, minus what the conversation or the policy shows), found
     in any spelling (``leaks``: "john", "l-1002", "555.123.2002", "fifteen point one", the
     e-mail, the card digits, the street address) in the reply and in every call argument;
   * ``hallucinated_tool_result``: the reply writes a tool response or the user's report
@@ -162,7 +162,8 @@ class TelecomRuleVerifier:
     return list(dict.fromkeys(out))
 
   def privileged(self, ctx: StepContext) -> Privileged:
-    """The privileged values of ``ctx`` that neither the conversation, the tools nor the policy show."""
+    """The privileged values of ``ctx`` that neither the conversation nor the policy shows (the tool
+    schemas' example ids, "an id like 'C1001'", show no customer's id)."""
     every = telecom_privileged(ctx.evidence)
     key = (frozenset(every.strings), frozenset(every.numbers))
     cut = self._cut_by_policy.get(key)
@@ -170,7 +171,7 @@ class TelecomRuleVerifier:
       if len(self._cut_by_policy) > 256:
         self._cut_by_policy.clear()
       cut = self._cut_by_policy[key] = every.minus_visible([self.policy])
-    return cut.minus_visible([conversation_text(ctx), json.dumps(list(ctx.tools), ensure_ascii=False)])
+    return cut.minus_visible([conversation_text(ctx)])
 
   def privileged_leaks(self, ctx: StepContext, text: str) -> list[Any]:
     """``leaks.Leak`` of each privileged value ``text`` holds (the reply and its decoded call arguments)."""
