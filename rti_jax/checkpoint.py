@@ -7,6 +7,11 @@ data order, anything else the trainer puts in ``meta``). Restoring into a templa
 state puts every array back with the template's sharding, so a mesh-sharded state
 is never gathered on one device. The final policy leaves the project in HF format
 through ``models.save_pretrained``; these checkpoints are for resuming.
+
+In a multi-process job (``rti_jax.distributed``) every process calls ``save`` and ``restore``
+together on the same directory (a file system all of them see): orbax writes each array shard
+once and the metadata from process 0, and restores every process's own shards. The PRNG key,
+the same on every process, is stored as a host array there.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from rti_jax import distributed
 from rti_jax.reporting import to_jsonable
 
 
@@ -53,7 +59,7 @@ class TrainCheckpointer:
 
   def save(self, step: int, state: Any, key: jax.Array, meta: dict[str, Any]) -> None:
     """Writes checkpoint ``step`` and waits until it is on disk."""
-    item = {"state": state, "key": jax.random.key_data(key)}
+    item = {"state": state, "key": _key_item(key)}
     self._manager.save(
         step,
         args=ocp.args.Composite(state=ocp.args.StandardSave(item), meta=ocp.args.JsonSave(to_jsonable(meta))),
@@ -92,7 +98,7 @@ class TrainCheckpointer:
     raise ValueError("no checkpoint in " + str(self.directory) + " can be read: " + "; ".join(failures))
 
   def _restore_step(self, template: Any, step: int) -> Restored:
-    item = {"state": template, "key": jax.random.key_data(jax.random.key(0))}
+    item = {"state": template, "key": _key_item(jax.random.key(0))}
     try:
       out = self._manager.restore(
           step,
@@ -112,4 +118,11 @@ class TrainCheckpointer:
 
   def close(self) -> None:
     self._manager.close()
+
+
+def _key_item(key: jax.Array) -> Any:
+  """The key's data as checkpointed: a device array in one process; with several, a host array (a
+  process-local device array cannot be saved collectively; the key is the same on every process)."""
+  data = jax.random.key_data(key)
+  return np.asarray(data) if distributed.multi_process() else data
 

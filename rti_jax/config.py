@@ -173,11 +173,23 @@ class OptimConfig:
 
 @dataclasses.dataclass
 class MeshConfig:
-  """Device mesh axis sizes; -1 on one axis takes the remaining devices."""
+  """Device mesh axis sizes; -1 on one axis takes the remaining devices. The mesh spans every
+  process's devices; multi-host settings: ``rti_jax/distributed.py``."""
 
   data: int = -1
   fsdp: int = 1
   tensor: int = 1
+  # Multi-host: true (or a coordinator) calls jax.distributed.initialize before the mesh is made.
+  # Unset values come from RTI_COORDINATOR / RTI_NUM_PROCESSES / RTI_PROCESS_ID, else JAX's own
+  # cluster detection (SLURM, Open MPI, Kubernetes, Cloud TPU).
+  distributed: bool = False
+  coordinator: Optional[str] = None  # host:port of process 0's coordination service
+  num_processes: int = 0  # 0 = from the environment / cluster
+  process_id: int = -1  # -1 = from the environment / cluster
+  # The iteration's tasks are rolled out in this many contiguous slices, slice k seeded by
+  # (iteration key, k); each process rolls out its own contiguous block of slices. 0 = one slice per
+  # process. A run's results depend on this count, not on how many processes share the slices.
+  rollout_slices: int = 0
 
 
 @dataclasses.dataclass
@@ -301,6 +313,15 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       raise ConfigError(f"{key}: expected a positive size or -1, got {_get(cfg, key)}")
   if sum(_get(cfg, k) == -1 for k in ("mesh.data", "mesh.fsdp", "mesh.tensor")) > 1:
     raise ConfigError("mesh: at most one axis may be -1")
+  if cfg.mesh.num_processes < 0 or cfg.mesh.process_id < -1 or cfg.mesh.rollout_slices < 0:
+    raise ConfigError(f"mesh.num_processes >= 0, mesh.process_id >= -1 and mesh.rollout_slices >= 0 expected, got "
+                      f"{cfg.mesh.num_processes}, {cfg.mesh.process_id}, {cfg.mesh.rollout_slices}")
+  if cfg.mesh.num_processes and cfg.mesh.process_id >= cfg.mesh.num_processes:
+    raise ConfigError(f"mesh.process_id: expected < mesh.num_processes={cfg.mesh.num_processes}, "
+                      f"got {cfg.mesh.process_id}")
+  if cfg.mesh.rollout_slices and cfg.rollout.tasks_per_iter % cfg.mesh.rollout_slices:
+    raise ConfigError(f"mesh.rollout_slices: expected a divisor of rollout.tasks_per_iter={cfg.rollout.tasks_per_iter}, "
+                      f"got {cfg.mesh.rollout_slices}")
   if cfg.loss.method == "opd" and not cfg.baselines.teacher_path:
     raise ConfigError("baselines.teacher_path: expected a teacher checkpoint dir for loss.method=opd, got None "
                       "(e.g. policies/navigation_teacher)")

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from rti_jax import reporting
+from rti_jax import distributed, reporting
 from rti_jax.config import load_config, to_yaml
 
 
@@ -50,7 +50,9 @@ def prepare_run(args: argparse.Namespace, unknown: Sequence[str], quick: Sequenc
     print(f"unknown options: {bad}; see --help", file=sys.stderr)
     return None
   overrides = (list(quick) if args.quick else []) + list(args.overrides) + list(unknown)
-  name = load_config(args.config, overrides).name + suffix + ("-quick" if args.quick else "")
+  cfg = load_config(args.config, overrides)
+  distributed.initialize(cfg.mesh)  # multi-host: before any device is touched, and before the run dir is named
+  name = cfg.name + suffix + ("-quick" if args.quick else "")
   out = pathlib.Path(args.out) if args.out else reporting.make_run_dir("runs", name)
   out.mkdir(parents=True, exist_ok=True)
   return overrides, out
@@ -88,7 +90,8 @@ def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants:
   results: dict[str, Any] = {"seeds": list(seeds), "methods": ["base", *variants], "variants": dict(variants),
                              "runs": {}}
   base_cfg = load_config(cfg_name, list(overrides))
-  (out / "config.yaml").write_text(to_yaml(base_cfg))
+  if distributed.is_writer():  # multi-host: process 0 writes every file
+    (out / "config.yaml").write_text(to_yaml(base_cfg))
   done = reusable_runs(reuse)
   t_all = time.perf_counter()
   for seed in seeds:
@@ -103,8 +106,9 @@ def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants:
         per_seed[label], per_seed[f"{label}_records"] = hit["eval"], hit["records"]
         per_seed[f"{label}_train_s"] = hit["train_s"]
         run_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(hit["metrics"], run_dir / "metrics.jsonl")
-        (run_dir / "REUSED_FROM").write_text(f"{hit['dir']}\n")
+        if distributed.is_writer():
+          shutil.copyfile(hit["metrics"], run_dir / "metrics.jsonl")
+          (run_dir / "REUSED_FROM").write_text(f"{hit['dir']}\n")
         continue
       trainer = Trainer(cfg, run_dir, source=None if source is None else source(cfg), progress=progress)
       test = trainer.source.test
@@ -162,7 +166,8 @@ def write_results(results: dict[str, Any], out: pathlib.Path, tables: Sequence[s
   stored = {k: v for k, v in results.items() if k != "runs"}
   stored["runs"] = {s: {k: v for k, v in r.items() if not k.endswith("_records")} for s, r in results["runs"].items()}
   reporting.write_json(out / "results.json", stored)
-  (out / "table.md").write_text("\n\n".join(tables) + "\n")
+  if distributed.is_writer():
+    (out / "table.md").write_text("\n\n".join(tables) + "\n")
 
 
 def seed_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
@@ -257,6 +262,8 @@ def report(results: dict[str, Any], out: pathlib.Path, table: str, cols: Sequenc
   results["table"] = {"columns": list(cols), "rows": list(rows)}
   results["per_seed"] = {"columns": scols, "rows": srows}
   write_results(results, out, tables)
+  if not distributed.is_writer():  # multi-host: plots and the summary come from process 0
+    return
   pngs = plot(results, out)
   print(f"run dir: {out}  (results.json, table.md, {', '.join(pngs)}, seed*/<method>/metrics.jsonl)")
   print(f"wall time: {results['wall_s'] / 60:.1f} min")

@@ -8,7 +8,9 @@ Every experiment writes into one run directory::
       results.json       the final numbers
       *.png              plots
 
-and prints its result table on stdout (``print_table``).
+and prints its result table on stdout (``print_table``). In a multi-process job only process 0
+writes (``write_json`` / ``append_jsonl`` / ``write_jsonl`` do nothing on the others) and every
+process uses process 0's run directory name.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ import numpy as np
 
 def make_run_dir(root: str | pathlib.Path, name: str, *, exact: bool = False) -> pathlib.Path:
   """Creates ``root/name-YYYYmmdd-HHMMSS`` (or ``root/name`` when ``exact``)."""
+  from rti_jax import distributed
+
   root = pathlib.Path(root)
-  path = root / name if exact else root / f"{name}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+  stamp = distributed.from_writer(lambda: _dt.datetime.now().strftime('%Y%m%d-%H%M%S'))  # one name per job
+  path = root / name if exact else root / f"{name}-{stamp}"
   path.mkdir(parents=True, exist_ok=True)
   return path
 
@@ -49,12 +54,23 @@ def to_jsonable(obj: Any) -> Any:
   return obj
 
 
+def _writer() -> bool:
+  """Whether this process writes files (process 0 of a multi-process job; always in one process)."""
+  from rti_jax import distributed
+
+  return distributed.is_writer()
+
+
 def write_json(path: str | pathlib.Path, obj: Any) -> None:
+  if not _writer():
+    return
   pathlib.Path(path).write_text(json.dumps(to_jsonable(obj), indent=2, sort_keys=True) + "\n")
 
 
 def append_jsonl(path: str | pathlib.Path, record: Mapping[str, Any]) -> None:
   """Appends one record as one line (flushed and synced, so a kill leaves at most a torn last line)."""
+  if not _writer():
+    return
   with open(path, "a") as f:
     f.write(json.dumps(to_jsonable(record), sort_keys=True) + "\n")
     f.flush()
@@ -64,6 +80,8 @@ def append_jsonl(path: str | pathlib.Path, record: Mapping[str, Any]) -> None:
 def write_jsonl(path: str | pathlib.Path, records: Iterable[Mapping[str, Any]]) -> None:
   """Rewrites ``path`` with ``records``, one JSON object per line, atomically (a temporary file in
   the same directory, then ``os.replace``): a kill leaves the old file or the new one, never a mix."""
+  if not _writer():
+    return
   path = pathlib.Path(path)
   text = "".join(json.dumps(to_jsonable(r), sort_keys=True) + "\n" for r in records)
   fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

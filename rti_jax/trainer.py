@@ -20,6 +20,9 @@ opd | luffy) and that method's ``baselines.MethodHooks``, called at three fixed 
 stage 1 (AEPO's entropy-balanced branching rollout), the groups after stage 2 (LUFFY's oracle
 demonstrations mixed into all-fail groups) and per-token signals of each batch before the jitted
 step (AEPO's sampling-policy entropy, OPD's teacher log-probs).
+
+With several processes (``mesh.distributed``) each rolls out its own slices of the iteration's tasks
+and process 0 writes the files; ``rti_jax/distributed.py`` says how.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import optax
 from flax import nnx
 from tqdm.auto import tqdm
 
-from rti_jax import baselines, objectives, reporting
+from rti_jax import baselines, distributed, objectives, reporting
 from rti_jax.checkpoint import TrainCheckpointer
 from rti_jax import config as config_lib
 from rti_jax.config import ExperimentConfig
@@ -88,6 +91,7 @@ class Trainer:
     from transformers import AutoTokenizer
 
     self.cfg = cfg
+    distributed.initialize(cfg.mesh)  # multi-host: before any device is touched (rti_jax/distributed.py)
     self.run_dir = pathlib.Path(run_dir)
     self.run_dir.mkdir(parents=True, exist_ok=True)
     self.progress = progress
@@ -110,6 +114,7 @@ class Trainer:
     dtype = self.compute_dtype = dtypes[cfg.policy.dtype]
     shape = resolve_mesh_shape(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, jax.device_count())
     self.mesh = make_mesh(*shape)
+    self.rollout_mesh = distributed.local_mesh(self.mesh)  # each process samples its own rollouts
     # Shard-on-load: each device reads only its slices; the train state below holds the only fp32 copy.
     model, self.model_config = from_pretrained(
         cfg.policy.path, dtype=dtype, param_dtype=dtypes.get(cfg.policy.param_dtype, dtype), mesh=self.mesh)
@@ -117,6 +122,8 @@ class Trainer:
     self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
     self.formatter = ChatFormatter(self.tokenizer, self.source.tool_schemas)
     self.backend: GenerationBackend
+    if cfg.rollout.backend == "sglang" and distributed.multi_process():
+      raise ValueError("rollout.backend=sglang: one server per job, not supported with several processes")
     if cfg.rollout.backend == "sglang":
       from rti_jax.generation.jax_backend import qwen_save_fn
       from rti_jax.generation.sglang_http import SGLangHTTPBackend
@@ -127,8 +134,10 @@ class Trainer:
       # The loss needs temperature-1 behaviour log-probs: refuse a server that reports scaled ones.
       self.backend.check_behaviour_logprobs(self.formatter.prompt_ids([{"role": "user", "content": "Hello."}]))
     else:
-      self.backend = JaxBackend(model, max_cache_len=cfg.rollout.max_context, pad_id=self.pad_id,
-                                prefix_cache_bytes=cfg.rollout.prefix_cache_mb << 20, mesh=self.mesh)
+      # The sampler decodes on this process's devices (the global mesh in one process).
+      self.backend = JaxBackend(distributed.process_local(model, self.rollout_mesh),
+                                max_cache_len=cfg.rollout.max_context, pad_id=self.pad_id,
+                                prefix_cache_bytes=cfg.rollout.prefix_cache_mb << 20, mesh=self.rollout_mesh)
     self.sampling = config_lib.sampling_params(cfg)
     self.rollout_config = config_lib.rollout_config(cfg)
     self.intervention_config = config_lib.intervention_config(cfg, self.source.domain)
@@ -148,6 +157,8 @@ class Trainer:
     self.state: TrainState = self.train_step.state
     self.ref_params = self.state.params if cfg.loss.beta > 0 else None
     self.hooks = baselines.method_hooks(self)  # what the configured method adds (rti_jax/baselines.py)
+    self.rollout_slices = distributed.num_rollout_slices(cfg.mesh, cfg.rollout.tasks_per_iter)
+    distributed.check_sliced_method(self.hooks, self.rollout_slices)
     self.checkpointer = TrainCheckpointer(self.run_dir / "ckpt", max_to_keep=cfg.train.keep_checkpoints)
     self.key = jax.random.key(cfg.train.seed)
     self.iteration = 0
@@ -208,22 +219,30 @@ class Trainer:
     self.key, k_roll, k_int = jax.random.split(self.key, 3)
     tasks = self.next_tasks()
     src = self.source
-    seed = seed_from_key(k_roll)
-    hooked = self.hooks.rollout(tasks, seed)  # a method's own stage 1 (AEPO's branching rollout), if any
-    groups, rollout_stats = hooked if hooked is not None else (
-        rollout_groups(tasks, src.env_factory, self.backend, self.formatter, self.rollout_config,
-                       task_id=src.task_id, seed=seed), {})
-    t_roll = time.perf_counter()
-    rewards_before = np.asarray([[t.reward for t in g] for g in groups], np.float32)
-    groups, istats = pipeline.intervene_groups(
-        groups, tasks, src.env_factory, self.backend, self.formatter, self.roles, self.intervention_config,
-        self.rollout_config, task_id=src.task_id, seed=seed_from_key(k_int),
-    )
-    groups, mixed_stats = self.hooks.after_intervention(groups, tasks)  # e.g. LUFFY's demonstrations
-    t_int = time.perf_counter()
+    if self.rollout_slices > 1:  # slices over processes (rti_jax/distributed.py); every process gets all groups
+      n = self.rollout_slices
+      groups, rewards_before, istats, dt_roll, dt_int = distributed.sliced_stages(
+          self, tasks, [seed_from_key(k) for k in distributed.slice_keys(k_roll, n)],
+          [seed_from_key(k) for k in distributed.slice_keys(k_int, n)])
+      rollout_stats, mixed_stats = {}, {}
+      t_roll, t_int = t0 + dt_roll, t0 + dt_roll + dt_int
+    else:
+      seed = seed_from_key(k_roll)
+      hooked = self.hooks.rollout(tasks, seed)  # a method's own stage 1 (AEPO's branching rollout), if any
+      groups, rollout_stats = hooked if hooked is not None else (
+          rollout_groups(tasks, src.env_factory, self.backend, self.formatter, self.rollout_config,
+                         task_id=src.task_id, seed=seed), {})
+      t_roll = time.perf_counter()
+      rewards_before = np.asarray([[t.reward for t in g] for g in groups], np.float32)
+      groups, istats = pipeline.intervene_groups(
+          groups, tasks, src.env_factory, self.backend, self.formatter, self.roles, self.intervention_config,
+          self.rollout_config, task_id=src.task_id, seed=seed_from_key(k_int),
+      )
+      groups, mixed_stats = self.hooks.after_intervention(groups, tasks)  # e.g. LUFFY's demonstrations
+      t_int = time.perf_counter()
     rewards_after = np.asarray([[t.reward for t in g] for g in groups], np.float32)
     update_metrics = self.update(groups)
-    self.backend.sync_weights(self.policy())
+    self.backend.sync_weights(distributed.process_local(self.policy(), self.rollout_mesh))
     t_end = time.perf_counter()
     self.iteration += 1
     num_tokens = sum(len(t.token_ids) for g in groups for t in g)
@@ -294,7 +313,7 @@ class Trainer:
     batch = self.hooks.batch_signals(batch, sampling_params)  # e.g. AEPO's entropy, OPD's teacher log-probs
     if self.ref_params is not None:
       batch = dataclasses.replace(batch, ref_logp=self._logp_fn(self.ref_params, batch.input_ids, batch.attention_mask))
-    return self.train_step.shard_batch(batch)
+    return distributed.place_batch(self.train_step, batch)  # train_step.shard_batch in one process
 
   # --- evaluation ----------------------------------------------------------------------------
 
@@ -304,13 +323,14 @@ class Trainer:
     chunk = max(1, self.cfg.rollout.tasks_per_iter * self.cfg.rollout.group_size // samples)
     successes = np.zeros((len(tasks), samples), np.float32)
     bar = tqdm(total=len(tasks), desc=desc, disable=not self.progress, leave=False)
-    for start in range(0, len(tasks), chunk):
+    for start in distributed.owned(range(0, len(tasks), chunk)):  # all chunks in one process
       part = list(tasks[start:start + chunk])
       groups = rollout_groups(part, self.source.env_factory, self.backend, self.formatter, cfg,
                               task_id=self.source.task_id, seed=seed + start)
       successes[start:start + len(part)] = [[float(t.reward >= 1.0) for t in g] for g in groups]
       bar.update(len(part))
     bar.close()
+    successes = distributed.sum_over_processes(successes)
     ks = tuple(k for k in (1, 2, 3, 4) if k <= samples)
     out: dict[str, Any] = {"all": paper_summary(successes, ks), "num_tasks": len(tasks)}
     for name, pred in self.source.subsets.items():
@@ -345,7 +365,7 @@ class Trainer:
     self.epoch = int(meta["epoch"])
     self.cursor = int(meta["cursor"])
     self.order = np.asarray(meta["order"], np.int64)
-    self.backend.sync_weights(self.policy())
+    self.backend.sync_weights(distributed.process_local(self.policy(), self.rollout_mesh))
     _truncate_jsonl(self.metrics_path, self.iteration)
     _truncate_jsonl(self.eval_path, self.iteration)
     return True
@@ -390,7 +410,9 @@ class Trainer:
       bar.set_postfix(reward=f"{record['reward_mean']:.2f}", allfail=f"{record['all_fail_group_frac']:.2f}",
                       fixed=record.get("rti/groups_replaced", 0))
     bar.close()
-    return reporting.read_jsonl(self.metrics_path) if self.metrics_path.exists() else []
+    # Only process 0 writes metrics.jsonl (reporting.append_jsonl); every process returns its records.
+    return distributed.from_writer(
+        lambda: reporting.read_jsonl(self.metrics_path) if self.metrics_path.exists() else [])
 
   def export(self, path: str | pathlib.Path) -> None:
     """Writes the current policy as an HF checkpoint (with the tokenizer and a generation config that
@@ -399,7 +421,10 @@ class Trainer:
     from models import save_pretrained, save_tokenizer
 
     stops = [self.formatter.end_of_turn_id, self.tokenizer.eos_token_id]
-    save_pretrained(self.policy(), self.model_config, str(path), dtype=self.model_config.dtype,
+    policy = distributed.host_model(self.policy())  # collective gather with several processes
+    if not distributed.is_writer():
+      return
+    save_pretrained(policy, self.model_config, str(path), dtype=self.model_config.dtype,
                     eos_token_ids=[int(t) for t in dict.fromkeys(stops) if t is not None])
     save_tokenizer(self.tokenizer, path)
 

@@ -1,0 +1,111 @@
+"""Run by tests/test_multihost.py in fresh interpreters: a short toy training, either one process
+over 8 forced CPU devices or process ``pid`` of a 2-process job over 4 forced devices each (the
+devices must be forced before jax is imported, hence the subprocess).
+
+    python tests/_multihost_check.py POLICY OUT single
+    python tests/_multihost_check.py POLICY OUT multi PID PORT
+
+Each run trains 2 iterations in ``OUT/full`` (then evaluates and exports the policy), and trains
+1 iteration in ``OUT/cut``, then resumes it in a new trainer to iteration 2. Process 0 writes
+``OUT/result.json`` (records, evaluation) and ``OUT/params_{full,cut}.npz`` (final parameters);
+every process writes ``OUT/writes_<pid>.json``: the files it opened for writing, or renamed, under
+OUT (a Python audit hook; orbax's own writes go through tensorstore and are not seen).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+
+POLICY, OUT, MODE = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3]
+PID = int(sys.argv[4]) if MODE == "multi" else 0
+os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={8 if MODE == 'single' else 4}"
+
+_WRITES: list[str] = []
+_ROOT = str(OUT.resolve())
+
+
+def _audit(event: str, args: tuple) -> None:
+  path = None
+  if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+    mode, flags = args[1], args[2]
+    writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+        mode is None and isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
+    path = os.fsdecode(args[0]) if writing else None
+  elif event in ("os.rename", "shutil.copyfile"):
+    path = os.fsdecode(args[1])
+  if path is not None:
+    full = os.path.abspath(path)
+    if full.startswith(_ROOT) and not full.endswith(f"writes_{PID}.json"):
+      _WRITES.append(os.path.relpath(full, _ROOT))
+
+
+sys.addaudithook(_audit)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+# Eager collectives dispatched asynchronously on a few host cores can starve XLA's in-process
+# rendezvous (8 device threads must meet); run them one at a time.
+jax.config.update("jax_cpu_enable_async_dispatch", False)
+
+from rti_jax import distributed  # noqa: E402
+from rti_jax.config import load_config  # noqa: E402
+from rti_jax.envs.source import TaskSource  # noqa: E402
+from rti_jax.trainer import TIMING_KEYS, Trainer  # noqa: E402
+from trainer_fixtures import LengthRewardEnv  # noqa: E402
+
+
+def source() -> TaskSource:
+  return TaskSource(train=list(range(12)), test=list(range(100, 104)), env_factory=LengthRewardEnv, task_id=str,
+                    subsets={}, domain="navigation")
+
+
+def config():
+  extra = ["mesh.distributed=true", "mesh.coordinator=127.0.0.1:" + sys.argv[5], "mesh.num_processes=2",
+           f"mesh.process_id={PID}"] if MODE == "multi" else []
+  return load_config("navigation", [
+      f"policy.path={POLICY}", "loss.method=grpo", "rollout.tasks_per_iter=2", "rollout.group_size=4",
+      "rollout.max_new_tokens=6", "rollout.max_context=128", "train.iterations=2", "train.checkpoint_every=1",
+      "optim.lr=0.01", "train.eval_every=100", "train.val_tasks=0", "mesh.rollout_slices=2", *extra])
+
+
+def params(trainer: Trainer) -> dict[str, np.ndarray]:
+  host = distributed.host_arrays(trainer.state.params)  # collective with 2 processes
+  flat = jax.tree_util.tree_flatten_with_path(host)[0]
+  return {jax.tree_util.keystr(k): np.asarray(v) for k, v in flat}
+
+
+def strip(records):
+  return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
+
+
+def main() -> None:
+  cfg = config()
+  full = Trainer(cfg, OUT / "full", source=source(), progress=False)
+  assert jax.process_count() == (2 if MODE == "multi" else 1) and jax.device_count() == 8
+  records = full.train()
+  ev = full.evaluate(full.source.test, 4, seed=5)
+  full.export(OUT / "full" / "policy")
+  p_full = params(full)
+  Trainer(cfg, OUT / "cut", source=source(), progress=False).train(stop_after=1)
+  resumed = Trainer(cfg, OUT / "cut", source=source(), progress=False)
+  resumed_records = resumed.train()
+  p_cut = params(resumed)
+  if distributed.is_writer():
+    np.savez(OUT / "params_full.npz", **p_full)
+    np.savez(OUT / "params_cut.npz", **p_cut)
+    (OUT / "result.json").write_text(json.dumps({
+        "records": strip(records), "resumed_records": strip(resumed_records), "resumed_iteration": resumed.iteration,
+        "eval": ev, "rollout_mesh_devices": int(full.rollout_mesh.size)}))
+  distributed.barrier("multihost_check_done")
+  (OUT / f"writes_{PID}.json").write_text(json.dumps({
+      "writes": sorted(set(_WRITES)), "records": strip(records), "eval_successes": ev["successes"],
+      "rollout_mesh_devices": int(full.rollout_mesh.size)}))
+
+
+if __name__ == "__main__":
+  main()
