@@ -136,20 +136,22 @@ def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerBase:
 
 def render_chat(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, Any]], *,
                 tools: Sequence[dict[str, Any]] | None = None, add_generation_prompt: bool = True,
-                enable_thinking: bool = True) -> str:
-  """The prompt text of ``messages`` (and ``tools`` schemas) under the tokenizer's template."""
+                enable_thinking: bool = True, **template_kwargs: Any) -> str:
+  """The prompt text of ``messages`` (and ``tools`` schemas) under the tokenizer's template: the whole
+  list rendered at once, as a chat endpoint does (``template_kwargs``: e.g. ``think_prefilled``)."""
   _check_messages(messages)
   return tokenizer.apply_chat_template(
     list(messages), tools=list(tools) if tools else None, tokenize=False,
-    add_generation_prompt=add_generation_prompt, enable_thinking=enable_thinking)
+    add_generation_prompt=add_generation_prompt, enable_thinking=enable_thinking, **template_kwargs)
 
 
 def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, Any]], *,
                 tools: Sequence[dict[str, Any]] | None = None, add_generation_prompt: bool = True,
-                enable_thinking: bool = True) -> list[int]:
-  """Token ids of :func:`render_chat` (markup tags map to their single added-token ids)."""
+                enable_thinking: bool = True, **template_kwargs: Any) -> list[int]:
+  """Token ids of :func:`render_chat` (markup tags map to their single added-token ids): the prompt a
+  server holding this template feeds the model, where ``rollout.ChatFormatter`` appends turn by turn."""
   text = render_chat(tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt,
-                     enable_thinking=enable_thinking)
+                     enable_thinking=enable_thinking, **template_kwargs)
   return tokenizer.encode(text, add_special_tokens=False)
 
 

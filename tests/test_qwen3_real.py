@@ -15,6 +15,7 @@ import json
 import numpy as np
 import pytest
 
+from models.chat import encode_chat
 from qwen3_vocab import (END_THINK_ID, ENDOFTEXT_ID, IM_END_ID, IM_START_ID, QWEN3_ADDED_TOKENS, QWEN_TIKTOKEN_RANKS,
                          THINK_ID, load_ranks, qwen3_tokenizer, ranks_path)
 from rti_jax.envs import navigation
@@ -39,9 +40,8 @@ def nav():
 
 
 def _template_ids(tok, messages, tools=None, **kw) -> list[int]:
-  """What a server holding the official template feeds the model: the rendered text, tokenized."""
-  text = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False, **kw)
-  return tok.encode(text, add_special_tokens=False)
+  """What a server holding the tokenizer's template feeds the model: the whole list rendered, tokenized."""
+  return encode_chat(tok, messages, tools=tools, **kw)
 
 
 def _play(env, task, fmt, act, prefix: str = ""):
