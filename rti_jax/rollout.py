@@ -74,6 +74,9 @@ class ChatFormatter:
     if eos_token_ids is None:
       eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
       eos_token_ids = [eos] if isinstance(eos, int) and eos != tokenizer.unk_token_id else []
+    bad = [t for t in eos_token_ids if not isinstance(t, (int, np.integer)) or not 0 <= int(t) < len(tokenizer)]
+    if bad:
+      raise ValueError(f"eos_token_ids: expected ids of the tokenizer in [0, {len(tokenizer)}), got {bad}")
     #: every id that ends a finished assistant turn: the end-of-turn id, then ``eos_token_ids``
     self.turn_end_ids = tuple(dict.fromkeys([self.end_of_turn_id, *(int(t) for t in eos_token_ids)]))
     base_closed = self._render(_BASE, add_generation_prompt=False)

@@ -135,6 +135,8 @@ def test_formatter_stop_tokens_on_the_real_vocabulary(tok):
   assert tok.decode(off.generation_prompt_ids) == "<|im_start|>assistant\n<think>\n\n</think>\n\n"
   assert sampling_with_stops(SamplingParams(stop_token_ids=(7,)), fmt).stop_token_ids == (7, IM_END_ID)
   assert ChatFormatter(tok, eos_token_ids=()).turn_end_ids == (IM_END_ID,)
+  with pytest.raises(ValueError, match=r"eos_token_ids: expected ids of the tokenizer in \[0, 151669\), got \[151669\]"):
+    ChatFormatter(tok, eos_token_ids=[151669])
   assert fmt.decode(tok.encode("done<|endoftext|>")) == "done"
 
 
