@@ -337,3 +337,28 @@ def test_a_turn_ending_in_endoftext_through_the_sglang_stand_in_is_finished(tok,
   assert traj.token_ids[rec.end] == IM_END_ID and traj.loss_mask[rec.end] is False
   assert "length_cut_turns" not in traj.info and traj.info["eos_ended_turns"] == 1
   assert rec.text == "The route is ready." and traj.done  # an answer ends the episode
+
+
+def test_the_correction_prompt_on_the_real_vocabulary(nav):
+  """p_cal (Eq. 5): the rollout prompt with the Validator's feedback as a user message before the
+  generation prompt. Under the append-only template it is that message list's prompt; the official
+  template, seeing a new user message, serves it without the earlier turns' reasoning."""
+  world, task = nav
+  think = f"<think>\n{REASONING}\n</think>\n\n"
+  feedback = {"role": "user", "content": "Search Jingshan Cave again with a region."}
+  for template in ("qwen3_append_only", "qwen3"):
+    tk = qwen3_tokenizer(template)
+    env = navigation.NavigationEnv(world, tools_in_prompt=False)
+    fmt = ChatFormatter(tk, env.tool_schemas())
+    ep, seen = _play(env, task, fmt, navigation.OracleAgent(task).act, think)
+    context, messages = seen[2]  # after two turns with reasoning
+    p_cal = fmt.with_extra_user_message(context, feedback["content"])
+    assert p_cal[:len(context) - 3] == context[:-3] and p_cal[-3:] == fmt.generation_prompt_ids
+    served = _template_ids(tk, messages + [feedback], env.tool_schemas())
+    if template == "qwen3_append_only":
+      assert p_cal == served
+    else:
+      dropped = [dict(m, content=m["content"].split("</think>")[-1].lstrip("\n")) if m["role"] == "assistant" else m
+                 for m in messages]
+      assert p_cal != served
+      assert served == _template_ids(qwen3_tokenizer("qwen3_append_only"), dropped + [feedback], env.tool_schemas())
