@@ -1,6 +1,7 @@
 """HF checkpoints in and out: one declarative table, read by both loading and saving.
 
-Each row of :data:`WEIGHT_TABLE` says: this HF tensor name is that Flax parameter path,
+Each row of :data:`WEIGHT_TABLE` (``models.weight_table``; ``models.qwen`` reads its logical axes
+into each parameter's metadata) says: this HF tensor name is that Flax parameter path,
 stored transposed or not, with these logical axes (for sharding), present when the
 config says so. Qwen3-MoE expert rows (``{j}`` in the HF name) map the HF per-expert
 tensors onto one Flax leaf stacked over experts. :func:`from_pretrained` and

@@ -7,10 +7,17 @@ the only place these physical names appear: models name their parameter axes log
 
   nnx.Linear(d, v, kernel_init=nnx.with_metadata(init, logical_axes=("embed", "vocab")), ...)
 
-and ``logical_to_spec`` maps them to a ``PartitionSpec``. Parameters without that metadata
-fall back to the ``"fallback"`` rule (largest dimension divisible by the axis size). A
+and ``logical_to_spec`` maps them to a ``PartitionSpec``. ``models.Qwen`` takes its parameters'
+axes from its weight table (``models.weight_table``); parameters of other modules without that
+metadata fall back to the ``"fallback"`` rule (largest dimension divisible by the axis size). A
 dimension that does not divide the mesh axes it is mapped to is replicated instead (a
 documented, counted fallback: ``ShardedTrainStep.fallbacks``).
+
+Activations are named the same way (``"batch"``, ``"act_heads"``, ``"act_mlp"``, ...): inside
+``activation_sharding(mesh)`` (the train step and the sampler enter it while tracing),
+``constrain(x, axes)`` adds a sharding constraint; elsewhere, and on one device, it is the
+identity. ``DECODE_AXIS_RULES`` is the sampler's variant of the table (weights whole along
+``embed``).
 
 The train step is ``jax.jit`` with ``NamedSharding`` in/out shardings (no ``pjit``): it runs
 ``logits = model(input_ids, attention_mask)`` [B, T, V], ``logp = logp_fn(logits, input_ids)``
