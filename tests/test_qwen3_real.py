@@ -362,3 +362,23 @@ def test_the_correction_prompt_on_the_real_vocabulary(nav):
                  for m in messages]
       assert p_cal != served
       assert served == _template_ids(qwen3_tokenizer("qwen3_append_only"), dropped + [feedback], env.tool_schemas())
+
+
+def test_navigation_tools_through_the_template_are_an_option_and_refused_where_they_cannot_be(nav):
+  from rti_jax.config import load_config
+  from rti_jax.envs.navigation.source import navigation_source
+
+  cfg = load_config("navigation", ["env.setting=paper", "env.num_train=2", "env.num_test=2", "train.val_tasks=0"])
+  default = navigation_source(cfg)
+  assert default.tool_schemas is None  # the tiny policies' layout: the env lists the tools itself
+  assert "<tools>" in default.env_factory().reset(default.test[0])[0]["content"]
+  src = navigation_source(cfg, tools_in_template=True)
+  assert src.tool_schemas == navigation.tool_schemas()
+  assert src.env_factory().reset(src.test[0])[0]["content"] == SYSTEM_RULES
+  world, _ = nav
+  with pytest.raises(ValueError, match="condensed"):
+    navigation.system_prompt(condensed=True, with_tools=False)
+  tiny = navigation.load_benchmark("tiny", num_train=1, num_test=1).world
+  with pytest.raises(ValueError, match="tools_in_prompt=False needs a setting without condensed_prompt"):
+    navigation.NavigationEnv(tiny, tools_in_prompt=False)
+  assert navigation.NavigationEnv(world).reset(src.test[0])[0]["content"] == navigation.system_prompt()
