@@ -46,12 +46,12 @@ def _int_words(n: int) -> str:
 
 
 @st.composite
-def respelled_text(draw, value: str) -> str:
+def respelled_text(draw, value: str, separators: tuple[str, ...] = tuple(_SEPARATORS)) -> str:
   """``value`` with each letter's case redrawn and separators drawn between characters."""
   out = []
   for i, ch in enumerate(value):
     if i and (ch.isalnum() and value[i - 1].isalnum()):
-      out.append(draw(st.sampled_from(_SEPARATORS)))
+      out.append(draw(st.sampled_from(separators)))
     elif not ch.isalnum():
       out.append(draw(st.sampled_from([" ", "-", ".", "_", ch, ch])))
       continue
@@ -226,6 +226,33 @@ def test_navigation_a_stop_the_query_does_not_name_is_privileged_whole_and_by_wo
   assert _nav(nav_call("around_search", location=C_BJ, keyword="temple"), evidence=ev).ok  # the query shows "Temple"
 
 
+def test_navigation_hidden_city_never_passes_on_the_real_env():
+  """Before any search, no city of the trip is shown unless the query names it: a correction that
+  puts the city into the address, the keyword or the prose, or the stop's coordinates into a
+  direction call in the tools' other spellings, is rejected (60 train tasks)."""
+  from rti_jax.envs import navigation as nav
+
+  bench = nav.load_benchmark("tiny")
+  env = nav.NavigationEnv(bench.world)
+  judged = 0
+  for task in bench.train[:60]:
+    env.reset(task)
+    history = tuple(m for m in env.transcript.messages if m["role"] != "system")
+    ctx = StepContext(task.query, history, "", tuple(env.tool_schemas()), env.reward_evidence(), "navigation")
+    for stop in task.stops:
+      if stop.city.lower() in task.query.lower():
+        continue
+      lon, lat = stop.location.split(",")
+      for fix in (nav_call("poi_search", address=f"{stop.name} {stop.city}"),
+                  nav_call("around_search", location=stop.location.replace(",", ", "), keyword=stop.city.upper()),
+                  f"<think>It is in {stop.city.lower()}.</think>\n" + nav_call("poi_search", address=stop.name),
+                  nav_call("direction", origin=f"+{lon},+{lat}", destination=f"{float(lon):e},{lat}")):
+        v = NAV.judge(ctx, fix)
+        assert not v.ok and "not_derivable" in v.reasons, (task.task_id, fix)
+        judged += 1
+  assert judged > 300
+
+
 def test_navigation_rules_follow_made_up_evidence():
   """Nothing is a list of known spellings: a city and a point that exist in no world are enforced."""
   ev = {"order": 0, "ref": [{"name": "Yixing Temple", "city": "Quexton", "location": "77.1234,12.9876"},
@@ -330,6 +357,8 @@ def test_telecom_accepts_every_respelling_of_a_shown_value(looked_up, data):
   if how == "digits":  # the ways a phone number is written
     spelled = data.draw(st.sampled_from(["555 123 2002", "(555) 123-2002", "555.123.2002", "+1 555-123-2002",
                                          "5551232002", "five five five one two three two zero zero two"]))
+  elif value[-1].isdigit():  # an id: a "." between its digits would write a decimal number
+    spelled = data.draw(st.just("line " + value[1:]) | respelled_text(value, ("", " ", "-", "_")))
   else:
     spelled = data.draw(_respelled(value, how))
   text = f"Noted, {spelled.lower()}. {ASK}" if data.draw(st.booleans()) else f"<think>\nAbout {spelled}.\n</think>\n\n{ASK}"
