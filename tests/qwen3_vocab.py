@@ -108,11 +108,12 @@ def _fast_tokenizer():
 def _cache_file() -> Path | None:
   """Where the built tokenizer is kept between runs, when pytest's cache directory exists."""
   import tokenizers
+  import transformers
 
   root = Path(__file__).resolve().parent.parent / ".pytest_cache"
   if not root.is_dir():
     return None
-  key = hashlib.sha256(repr((QWEN_TIKTOKEN_SHA256, QWEN2_PATTERN, QWEN3_ADDED_TOKENS, tokenizers.__version__,
+  key = hashlib.sha256(repr((QWEN_TIKTOKEN_SHA256, tokenizers.__version__, transformers.__version__,
                              Path(__file__).read_bytes())).encode()).hexdigest()[:16]
   return root / "rti-jax-qwen3" / f"tokenizer-{key}.json"
 
@@ -124,8 +125,11 @@ def _base_tokenizer(path: str):
 
   cache = _cache_file()
   if cache is not None and cache.is_file():
-    tok = Tokenizer.from_file(str(cache))
-    if tok.get_vocab_size() == QWEN3_ADDED_TOKENS[-1][0] + 1 and all(
+    try:
+      tok = Tokenizer.from_file(str(cache))
+    except Exception:  # a damaged file: build again  # noqa: BLE001
+      tok = None
+    if tok is not None and tok.get_vocab_size() == QWEN3_ADDED_TOKENS[-1][0] + 1 and all(
         tok.token_to_id(c) == i for i, c, _ in QWEN3_ADDED_TOKENS):
       return tok
   tok = _build(path)
