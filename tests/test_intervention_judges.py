@@ -47,6 +47,8 @@ from intervention_doubles import (
     ('{"is_valid": false, "error_types": ["x"]}', {"is_valid": False, "error_types": ["x"]}),
     ('Sure!\n```json\n{"ok": true, "reasons": []}\n```\nHope this helps {not json}', {"ok": True, "reasons": []}),
     ('<think>maybe {"ok": false}</think>\nVerdict: {"ok": true} -- done', {"ok": True}),
+    # Thinking-2507: the generation prompt opened the reasoning, so the answer has only its end
+    ('maybe {"ok": false} after all</think>\n{"ok": true}', {"ok": True}),
     ("{'ok': True}", None),  # single quotes are not JSON; no silent guessing
     ('prefix {"a": {"b": "}"}} suffix {"c": 1}', {"a": {"b": "}"}}),
     ('{"ok": True, "reasons": None}', {"ok": True, "reasons": None}),  # Python literals

@@ -26,7 +26,7 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from rti_jax.envs.tool_calls import MAX_JSON_DEPTH, json_nesting_depths, loads_json, strip_think
+from rti_jax.envs.tool_calls import MAX_JSON_DEPTH, json_nesting_depths, loads_json, strip_reasoning
 from rti_jax.generation.base import GenerationBackend, SamplingParams
 from rti_jax.intervention.prompting import (DOMAINS, _as_str, _check_domain, corrector_prompt, feedback_message,  # noqa: F401
                                             history_json, load_template, render, tools_json, validator_prompt,
@@ -183,7 +183,7 @@ def parse_json_object(text: str) -> dict[str, Any] | None:
   """
   if not isinstance(text, str):
     return None
-  body = strip_think(text)
+  body = strip_reasoning(text)  # closed blocks, and reasoning the generation prompt opened (Thinking-2507)
   if "<think>" in body and "</think>" not in body:
     body = body.split("<think>", 1)[0] or body.split("<think>", 1)[1]
   candidates = [m.group(1) for m in _FENCE_RE.finditer(body)] + [body]
