@@ -73,6 +73,9 @@ class EnvConfig:
   # condensed = ``envs.telecom.condensed.CONDENSED_POLICY`` (for a tiny policy; what was condensed
   # is listed there). The agent-tool schemas are appended either way.
   policy_text: str = "full"
+  # Navigation: the tools reach the model through the chat template's ``tools=`` (a real chat model
+  # sees its own tools layout) instead of a tools list in the system message (the tiny policies').
+  tools_in_template: bool = False
 
 
 _ROLLOUT = rollout_lib.RolloutConfig()  # the runtime defaults the schema reads

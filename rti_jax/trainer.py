@@ -420,7 +420,7 @@ class Trainer:
     started from (fp32 master weights are rounded to it)."""
     from models import save_pretrained, save_tokenizer
 
-    stops = [self.formatter.end_of_turn_id, self.tokenizer.eos_token_id]
+    stops = [*self.formatter.turn_end_ids, self.tokenizer.eos_token_id]  # Qwen3: <|im_end|>, <|endoftext|>
     policy = distributed.host_model(self.policy())  # collective gather with several processes
     if not distributed.is_writer():
       return

@@ -122,3 +122,12 @@ def test_overrides_are_literal_values(monkeypatch):
   assert cfg.policy.path == "${oc.env:RTI_TEST_SECRET}"
   assert cfg.name == "${policy.path}"
   assert load_config("navigation", ["intervention.delta=inf"]).intervention.delta == math.inf
+
+
+def test_env_tools_in_template_sends_navigation_tools_through_the_chat_template():
+  from rti_jax.envs.source import task_source
+
+  paper = task_source(load_config("navigation_qwen3_8b", ["policy.path=/p"]))
+  assert [t["function"]["name"] for t in paper.tool_schemas] and paper.env_factory().tools_in_prompt is False
+  tiny = task_source(load_config("navigation"))
+  assert tiny.tool_schemas is None and tiny.env_factory().tools_in_prompt is True

@@ -90,6 +90,11 @@ def test_rti_on_navigation_triggers_intervention_for_all_fail_groups(nav_policy,
   ev = trainer.evaluate(trainer.source.test[:2], samples=2, seed=0)
   assert ev["all"]["p@1"] == 0.0 and np.asarray(ev["successes"]).shape == (2, 2)
   trainer.export(tmp_path / "hf")
+  import json
+
+  gen = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
+  stops = gen["eos_token_id"] if isinstance(gen["eos_token_id"], list) else [gen["eos_token_id"]]
+  assert trainer.formatter.turn_end_ids and set(trainer.formatter.turn_end_ids) <= set(stops)
   reloaded = Qwen3ForCausalLM.from_pretrained(str(tmp_path / "hf"))
   assert reloaded.config.vocab_size == len(AutoTokenizer.from_pretrained(nav_policy))
 

@@ -42,7 +42,7 @@ def task_source(cfg: ExperimentConfig) -> TaskSource:
   if cfg.env.name == "navigation":
     from rti_jax.envs.navigation.source import navigation_source
 
-    return navigation_source(cfg)
+    return navigation_source(cfg, tools_in_template=cfg.env.tools_in_template)
   if cfg.env.name == "telecom":
     from rti_jax.envs.telecom.source import telecom_source
 
