@@ -64,7 +64,12 @@ def respelled_number(draw, value: str) -> str:
   """``value`` (a decimal literal) as another literal Python's ``float`` and ``Decimal`` read the same,
   or in English words."""
   d = Decimal(value)
-  kind = draw(st.sampled_from(["plus", "zeros", "exponent", "words", "digit_words", "underscore", "leading"]))
+  kinds = ["plus", "zeros", "exponent", "words", "digit_words", "underscore", "leading"]
+  if sum(c.isdigit() for c in value) >= 5 and "." in value:
+    kinds.append("separated")  # the decimal point written as another separator ("121,5409", "121 5409")
+  kind = draw(st.sampled_from(kinds))
+  if kind == "separated":
+    return value.replace(".", draw(st.sampled_from([",", " ", " . ", "-"])))
   if kind == "plus":
     return "+" + value
   if kind == "zeros":
@@ -107,6 +112,8 @@ def test_number_words(n):
   assert (Decimal(n), _int_words(n)) in numbers_in(_int_words(n))
   assert Decimal("15.1") in {v for v, _ in numbers_in("about fifteen point one gigabytes")}
   assert Decimal(1235) in {v for v, _ in numbers_in("the card ending one two three five")}
+  assert Decimal(1235) in {v for v, _ in numbers_in("the card ending twelve thirty-five")}
+  assert {v for v, _ in numbers_in("one hundred and twenty one and two")} == {Decimal(121), Decimal(2)}
   assert Decimal(5551232002) in {v for v, _ in numbers_in("five five five one two three two zero zero two")}
 
 
@@ -147,8 +154,10 @@ def _nav(text: str, evidence=NAV_EVIDENCE, history=NAV_HISTORY):
 
 def test_navigation_privileged_values_come_from_the_evidence():
   p = navigation_privileged(NAV_EVIDENCE).minus_visible([QUERY, NAV_HISTORY[2]["content"]])
-  assert set(p.strings) == {"taipei"}  # the names are in the query
-  assert set(p.numbers) == {Decimal(x) for x in ("121.5012", "25.0301", "121.5234", "25.0412", "121.5409", "25.0533")}
+  coordinates = ("121.5012", "25.0301", "121.5234", "25.0412", "121.5409", "25.0533")
+  # the names and their words are in the query; each coordinate is a number and its digits
+  assert set(p.strings) == {"taipei"} | {c.replace(".", "") for c in coordinates}
+  assert set(p.numbers) == {Decimal(x) for x in coordinates}
 
 
 @st.composite
@@ -309,6 +318,8 @@ def _respelled(draw, value: str, how: str) -> str:
   if how == "digits":
     digits = "".join(c for c in value if c.isdigit())
     if draw(st.booleans()):
+      if len(digits) == 4 and digits[0] != "0" and digits[2] != "0" and draw(st.booleans()):
+        return f"{_int_words(int(digits[:2]))} {_int_words(int(digits[2:]))}"  # "twelve thirty-five"
       return " ".join(_DIGIT_NAMES[int(c)] for c in digits)
     return "".join(c + draw(st.sampled_from(["", "", " ", "-", "."])) for c in digits[:-1]) + digits[-1]
   if "@" in value and draw(st.booleans()):

@@ -137,34 +137,47 @@ def _decimal(literal: str) -> Decimal | None:
   return value.normalize()
 
 
-def _word_number(words: list[str]) -> Decimal | None:
-  """The value of a run of English number words ("one hundred twenty one point five"), or None."""
+def _word_numbers(words: list[str]) -> list[Decimal]:
+  """The values of a run of English number words: as a number ("one hundred twenty one point
+  five" -> 121.5), digit by digit ("one two three five" -> 1235), and, without scale words, as
+  spoken groups ("twelve thirty-five" -> 1235)."""
   if "point" in words:
     at = words.index("point")
     head, tail = words[:at], words[at + 1:]
     if not tail or any(w not in _DIGIT_WORDS for w in tail):
-      return None
+      return []
   else:
     head, tail = words, []
+  wholes = []
   if head and all(w in _DIGIT_WORDS for w in head) and (len(head) > 1 or tail):
-    whole = "".join(str(_DIGIT_WORDS[w]) for w in head)  # "one two three five" -> 1235
+    wholes.append("".join(str(_DIGIT_WORDS[w]) for w in head))  # "one two three five" -> 1235
   elif head:
     total = current = 0
+    groups: list[int] = []
     for w in head:
       if w in _SCALE_WORDS:
         scale = _SCALE_WORDS[w]
+        groups = []  # a scale word: a number, not spoken groups
         if scale == 100:
           current = (current or 1) * 100
         else:
           total += (current or 1) * scale
           current = 0
+        continue
+      value = _DIGIT_WORDS.get(w, _TEEN_WORDS.get(w, _TENS_WORDS.get(w, 0)))
+      current += value
+      if groups and groups[-1] % 10 == 0 and groups[-1] >= 20 and w in _DIGIT_WORDS and value:
+        groups[-1] += value  # "thirty five" is one group
       else:
-        current += _DIGIT_WORDS.get(w, _TEEN_WORDS.get(w, _TENS_WORDS.get(w, 0)))
-    whole = str(total + current)
+        groups.append(value)
+    wholes.append(str(total + current))
+    if len(groups) > 1 and not any(w in _SCALE_WORDS for w in head):
+      wholes.append("".join(str(g) for g in groups))
   else:
-    whole = "0"
+    wholes.append("0")
   frac = "".join(str(_DIGIT_WORDS[w]) for w in tail)
-  return _decimal(whole + ("." + frac if frac else ""))
+  values = (_decimal(whole + ("." + frac if frac else "")) for whole in wholes)
+  return [v for v in values if v is not None]
 
 
 def numbers_in(text: Any) -> list[tuple[Decimal, str]]:
@@ -183,13 +196,12 @@ def numbers_in(text: Any) -> list[tuple[Decimal, str]]:
   def close() -> None:
     words = run[:-1] if run and run[-1] in ("and", "point") else run
     if words and any(w != "and" for w in words):
-      value = _word_number([w for w in words if w != "and"])
-      if value is not None:
+      for value in _word_numbers([w for w in words if w != "and"]):
         out.append((value, s[start:end]))
 
   for m in _WORD_RE.finditer(low):
     w = m.group(0)
-    joins = w in _NUMBER_WORDS or (run and w in ("and", "point"))
+    joins = w in _NUMBER_WORDS or (run and (w == "point" or (w == "and" and run[-1] in _SCALE_WORDS)))
     if joins and run and _GAP_RE.fullmatch(low, end, m.start()) is not None:
       run.append(w)
       end = m.end()
@@ -300,6 +312,9 @@ class Privileged:
   def add_number(self, value: Decimal | None, label: str, always: bool = False) -> None:
     if value is not None and (always or is_distinctive(value)):
       self.numbers.setdefault(abs(value).normalize(), label)
+      digits = "".join(c for c in str(abs(value).normalize()) if c.isdigit())
+      if value != value.to_integral_value() and len(digits) >= 5 and "E" not in str(value.normalize()):
+        self.add_string(digits, label)  # its digits with other separators ("121 5409", "121,5409")
 
   def update(self, other: "Privileged") -> None:
     for k, v in other.strings.items():
