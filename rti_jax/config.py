@@ -54,6 +54,10 @@ class PolicyConfig:
   # float32 | bfloat16 | "" (= dtype): parameters and optimizer moments. Keep float32 (master
   # weights) with dtype bfloat16: updates of lr 1e-6 vanish in bf16 parameters.
   param_dtype: str = "float32"
+  # The chat template rollouts are rendered with and the export carries: "" keeps the checkpoint's;
+  # qwen3 | qwen3_thinking_2507 (official) | qwen3_append_only (every turn as generated: the prompts a
+  # server then renders are the trajectories' own; docs/qwen3_chat_template.md).
+  chat_template: str = ""
 
 
 @dataclasses.dataclass
@@ -230,6 +234,7 @@ class ExperimentConfig:
 _CHOICES = {
     "policy.dtype": ("float32", "bfloat16"),
     "policy.param_dtype": ("float32", "bfloat16", ""),
+    "policy.chat_template": ("", "qwen3", "qwen3_thinking_2507", "qwen3_append_only"),
     "env.name": ("navigation", "telecom"),
     "rollout.backend": ("jax", "sglang"),
     "env.setting": ("tiny", "paper"),

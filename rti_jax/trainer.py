@@ -119,6 +119,10 @@ class Trainer:
     model, self.model_config = from_pretrained(
         cfg.policy.path, dtype=dtype, param_dtype=dtypes.get(cfg.policy.param_dtype, dtype), mesh=self.mesh)
     self.tokenizer = AutoTokenizer.from_pretrained(cfg.policy.path)
+    if cfg.policy.chat_template:
+      from models.chat import qwen3_chat_template
+
+      self.tokenizer.chat_template = qwen3_chat_template(cfg.policy.chat_template)
     self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
     self.formatter = ChatFormatter(self.tokenizer, self.source.tool_schemas)
     self.backend: GenerationBackend

@@ -46,6 +46,7 @@ def test_overrides_win_and_inf_delta_parses():
         ("loss.beta=-0.1", "loss.beta"),
         ("loss.aggregation=sum", "loss.aggregation"),
         ("loss.agg_norm=0", "loss.agg_norm"),
+        ("policy.chat_template=chatml", "policy.chat_template"),
         ("loss.agg_norm=nan", "loss.agg_norm"),
         ("intervention.eps_cal=0", "intervention.eps_cal"),
         ("intervention.max_attempts=0", "intervention.max_attempts"),

@@ -225,3 +225,14 @@ def test_navigation_source_rl_exclude_listed_option():
   assert src.subsets["listed_alternative"] is not None
   with pytest.raises(ConfigError, match="rl_exclude_listed"):
     load_config("navigation", ["env.name=telecom", "env.rl_exclude_listed=true"])
+
+
+def test_policy_chat_template_renders_the_rollouts_and_goes_with_the_export(toy_policy, tmp_path):
+  from models.chat import qwen3_chat_template
+  from transformers import AutoTokenizer
+
+  trainer = Trainer(_cfg(toy_policy, "train.iterations=1", "policy.chat_template=qwen3_append_only"),
+                    tmp_path / "t", source=_toy_source(), progress=False)
+  assert trainer.formatter.tokenizer.chat_template == qwen3_chat_template("qwen3_append_only")
+  trainer.export(tmp_path / "hf")
+  assert AutoTokenizer.from_pretrained(str(tmp_path / "hf")).chat_template == qwen3_chat_template("qwen3_append_only")
