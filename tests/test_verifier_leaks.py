@@ -5,6 +5,7 @@ numbers are checked against Python's own number parsing, and the scans never rai
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import time
@@ -414,6 +415,20 @@ def test_scans_never_raise(text, obj):
   navigation_privileged(obj)
   telecom_privileged(obj if isinstance(obj, dict) else {"ticket": text, "x": obj})
   numbers_in(text)
+
+
+_PIECES = ["Taipei", "tai pei", "121.5409", "+25.0533e0", " ", ",", "\n", "<think>", "</think>", "L-1002", "john",
+           "fifteen point one", "one", "hundred", "point", "and", "1e-29", "9" * 40, "@", ".", "_", "é", "٣"]
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=14).map("".join), _JSON)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_verifiers_never_raise(phone_given, text, obj):
+  call = "<tool_call>\n" + json.dumps({"name": "poi_search", "arguments": {"address": text, "x": obj}}) + "\n</tool_call>"
+  for reply in (text, call):
+    _nav(reply)
+    TEL.judge(phone_given, reply)
+    NAV.judge(StepContext(text, NAV_HISTORY, reply, ({"odd": object()},), {"route": [A, B], "x": obj}, "navigation"), reply)
 
 
 def _seconds(fn, text):

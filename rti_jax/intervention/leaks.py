@@ -248,9 +248,10 @@ def _places(value: Decimal) -> int:
 
 
 def roundings(value: Decimal) -> set[Decimal]:
-  """``value`` rounded (half-even, half-up) and truncated to 2 .. (its decimals - 1) places."""
+  """``value`` rounded (half-even, half-up) and truncated to 2 .. (its decimals - 1) places, at
+  most 10 places."""
   out = set()
-  for d in range(2, _places(value)):
+  for d in range(2, min(_places(value), 11)):
     q = Decimal(1).scaleb(-d)
     for mode in (ROUND_HALF_EVEN, ROUND_HALF_UP, ROUND_DOWN):
       out.add(value.quantize(q, rounding=mode).normalize())
