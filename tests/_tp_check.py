@@ -26,6 +26,8 @@ from flax import nnx  # noqa: E402
 
 from models.config import QwenConfig  # noqa: E402
 from models.qwen import Qwen  # noqa: E402
+from models import sampler as sampler_lib  # noqa: E402
+from models.qwen import LayerCache  # noqa: E402
 from models.sampler import Sampler  # noqa: E402
 from rti_jax import sharding as S  # noqa: E402
 from rti_jax.objectives import LossConfig, RTIBatch  # noqa: E402
@@ -92,6 +94,20 @@ def count_constraints(jaxpr) -> int:
   return n
 
 
+def decode_cache(sampler: Sampler) -> list:
+  """The KV cache [B, Kv, S, D] per layer after a two-token decode from 8 one-token prompts."""
+  c, b = sampler.config, len(PROMPTS)
+  cache = [LayerCache(jnp.zeros((b, c.num_kv_heads, 16, c.head_dim)), jnp.zeros((b, c.num_kv_heads, 16, c.head_dim)))
+           for _ in range(c.num_layers)]
+  fill = lambda v, dt: jnp.full((b,), v, dt)  # noqa: E731
+  out = sampler_lib._generate_cached_jit(
+      sampler.graphdef, sampler.state, cache, jnp.asarray([[p[0]] for p in PROMPTS], jnp.int32),
+      fill(1, jnp.int32), fill(0, jnp.int32), fill(True, bool), jax.random.key(0), jnp.int32(2),
+      fill(0.0, jnp.float32), fill(0, jnp.int32), fill(1.0, jnp.float32), jnp.full((8,), -1, jnp.int32),
+      jnp.int32(0), num_new=2, mesh=sampler.mesh)
+  return out[-1]
+
+
 def run(family: str, shape: tuple[int, int, int], devices: list) -> dict:
   mesh = S.make_mesh(*shape, devices=devices)
   ts = S.make_train_step(tiny_model(family), optax.adamw(1e-2, eps=ADAM_EPS, weight_decay=0.1), mesh,
@@ -119,13 +135,15 @@ def run(family: str, shape: tuple[int, int, int], devices: list) -> dict:
   turn1 = cached.generate(PROMPTS, key=jax.random.key(0), max_new_tokens=4, temperature=0.0)
   follow = [p + list(t) + [2, 3] for p, t in zip(PROMPTS, turn1.tokens)]  # hits the stored prefixes
   turn2 = cached.generate(follow, key=jax.random.key(0), max_new_tokens=4, temperature=0.0)
+  k = decode_cache(sampler)[0].k
+  cache_spec = str(jax.sharding.PartitionSpec(*k.sharding.spec, *[None] * (k.ndim - len(k.sharding.spec))))
 
   # A bf16 policy with fp32 master weights on the mesh: the sampler decodes from a bf16 copy.
   bf16 = S.make_train_step(tiny_model(family, jnp.bfloat16), optax.sgd(0.1), mesh, LossConfig(name="rti"))
   bf16_copy = Sampler(bf16.merge(bf16.state), mesh=mesh).state
   return dict(
       losses=losses, grads=grads, params=jax.tree.map(np.asarray, state.params), specs=specs,
-      fallbacks=list(ts.fallbacks), constraints=constraints, decode_specs=decode_specs,
+      fallbacks=list(ts.fallbacks), constraints=constraints, decode_specs=decode_specs, cache_spec=cache_spec,
       tokens=[t.tolist() for t in gen.tokens], logprobs=[lp.tolist() for lp in gen.logprobs],
       scores=[s.tolist() for s in scores], cached_tokens=[t.tolist() for t in turn1.tokens + turn2.tokens],
       cached_logprobs=[lp.tolist() for lp in turn1.logprobs + turn2.logprobs],
@@ -171,6 +189,7 @@ def main() -> None:
           "bf16_copy_dtypes": got["bf16_copy_dtypes"], "bf16_master_dtypes": got["bf16_master_dtypes"],
           "bf16_copy_specs": got["bf16_copy_specs"],
           "constraints": got["constraints"], "specs": got["specs"], "decode_specs": got["decode_specs"],
+          "cache_spec": got["cache_spec"],
           "fallbacks": got["fallbacks"], "losses": got["losses"],
       }
     fam["reference_constraints"] = ref["constraints"]

@@ -223,6 +223,10 @@ def test_parameters_and_decode_copy_use_the_tensor_axis(tp_report):
   assert dense["decode_specs"]["layers.0.attn.q_proj.kernel"] == "P(None, 'tensor')"
   assert dense["decode_specs"]["embed.embedding"] == "P('tensor', None)"
   assert dense["fallbacks"] == []
+  # the KV cache [B, Kv, S, D]: rows over the batch axes, kv heads over tensor
+  assert dense["cache_spec"] == "P('fsdp', 'tensor', None, None)"
+  assert tp_report["qwen3"]["meshes"]["1x8x1"]["cache_spec"] == "P('fsdp', None, None, None)"
+  assert tp_report["qwen3_moe"]["meshes"]["2x2x2"]["cache_spec"] == "P(('data', 'fsdp'), 'tensor', None, None)"
   assert tp_report["qwen3"]["meshes"]["1x8x1"]["specs"]["layers.0.attn.q_proj.kernel"] == "P('fsdp', None)"
   moe = tp_report["qwen3_moe"]["meshes"]["2x2x2"]
   assert moe["specs"]["layers.0.mlp.gate_proj"] == "P('tensor', 'fsdp', None)"  # experts over tensor
