@@ -121,8 +121,11 @@ def test_reward_is_the_product_of_assertions_and_actions():
   lookup = ToolCallRecord("assistant", "get_customer_by_id", {"customer_id": "C1001"}, True)
   cases = [([transfer], "transfer", 1.0 * 1.0), ([lookup], "agent_stop", 1.0 * 0.0),
            ([transfer], "max_turns", 0.0),
-           ([ToolCallRecord("user", "transfer_to_human_agents", {"summary": "x"}, True)], "transfer", 0.0),
-           ([ToolCallRecord("assistant", "transfer_to_human_agents", {"summary": "x"}, False)], "transfer", 0.0)]
+           # tau2-bench matches an expected action by name (compare_args [] here), whoever made the
+           # call and whether or not it failed
+           ([ToolCallRecord("user", "transfer_to_human_agents", {"summary": "x"}, True)], "transfer", 1.0),
+           ([ToolCallRecord("assistant", "transfer_to_human_agents", {}, False)], "transfer", 1.0),
+           ([ToolCallRecord("assistant", "transfer_to_human_agent", {"summary": "x"}, True)], "transfer", 0.0)]
   for calls, termination, expected in cases:
     assert evaluate(task, state, calls, termination).reward == expected, (calls, termination)
   state.phone.sim_card_status = "active"  # now the phone gets service: the assertion fails
@@ -141,6 +144,14 @@ def test_action_check_compares_arguments_unless_told_not_to():
   names = dict(evaluate(task, state, [refuel], "agent_stop").actions)
   assert names["assistant:refuel_data"] is True
   assert dict(evaluate(task, state, [wrong], "agent_stop").actions)["assistant:refuel_data"] is False
+  # compare_args None compares the arguments the call passed: one left out is not compared, an
+  # extra one makes it differ, and values compare with ==
+  partial = ToolCallRecord("assistant", "refuel_data", {"gb_amount": 2.0}, False)
+  extra = ToolCallRecord("user", "refuel_data", {**refuel.arguments, "note": "x"}, True)
+  near = ToolCallRecord("assistant", "refuel_data", {**refuel.arguments, "gb_amount": 2.0000001}, True)
+  assert dict(evaluate(task, state, [partial], "agent_stop").actions)["assistant:refuel_data"] is True
+  assert dict(evaluate(task, state, [extra], "agent_stop").actions)["assistant:refuel_data"] is False
+  assert dict(evaluate(task, state, [near], "agent_stop").actions)["assistant:refuel_data"] is False
 
 
 def test_agent_call_to_a_device_tool_is_an_error_observation():

@@ -39,10 +39,12 @@ def test_load_db_returns_independent_copies():
 
 def test_phone_matches_user_db():
   raw = _raw("user_db.toml")["device"]
-  phone, apn = st.load_phone()
+  phone = st.load_phone()
   assert phone.airplane_mode is raw["airplane_mode"] is False
   assert phone.network_mode_preference == raw["network_mode_preference"] == "4g_5g_preferred"
-  assert apn.mmsc_url == raw["active_apn_settings"]["mmsc_url"]
+  apn = phone.active_apn_settings
+  assert (apn.apn_name, apn.mms_apn, apn.mmsc_url) == tuple(raw["active_apn_settings"].values())
+  assert apn == st.ApnSettings()  # the file's APN is the carrier default a reset restores
   assert phone.app_permissions["messaging"] == raw["app_statuses"]["messaging"]["permissions"]
 
 
@@ -138,17 +140,18 @@ def test_every_base_task_initializes():
     assert state.phone.network_connection_status in ("connected", "no_service")
 
 
-_MODE_TECH = {"4g_5g_preferred": "5G", "4g_only": "4G", "3g_only": "3G", "2g_only": "2G"}
+_MODE_TECH = {"4g_only": "4G", "3g_only": "3G", "2g_only": "2G"}
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(airplane=hst.booleans(), missing=hst.booleans(), sim=hst.sampled_from(st.SIM_STATUSES),
        broken_apn=hst.booleans(), line_status=hst.sampled_from(["Active", "Suspended"]),
-       mode=hst.sampled_from(st.NETWORK_MODES), signal=hst.sampled_from(st.SIGNAL_LEVELS[1:]))
-def test_network_search_matches_brute_force(airplane, missing, sim, broken_apn, line_status, mode, signal):
+       mode=hst.sampled_from(st.NETWORK_MODES),
+       signals=hst.fixed_dictionaries({t: hst.sampled_from(st.SIGNAL_LEVELS) for t in ("2G", "3G", "4G", "5G")}))
+def test_network_search_matches_brute_force(airplane, missing, sim, broken_apn, line_status, mode, signals):
   state = st.fresh_state()
   state.surroundings.phone_number = "555-123-2002"
-  state.surroundings.signal_at_location = signal
+  state.surroundings.signal_strength = signals
   st.find_record(state.db, "lines", "line_id", "L1002")["status"] = line_status
   p = state.phone
   p.airplane_mode, p.sim_card_missing, p.sim_card_status, p.network_mode_preference = airplane, missing, sim, mode
@@ -157,18 +160,19 @@ def test_network_search_matches_brute_force(airplane, missing, sim, broken_apn, 
   st.sync_surroundings(state)
   st.network_search(state)
   expected = (not airplane and not missing and sim == "active" and not broken_apn and line_status == "Active")
+  tech = _MODE_TECH.get(mode) or ("5G" if signals["5G"] != "none" else "4G")
   assert (p.network_connection_status == "connected") == expected
-  assert p.network_technology_connected == (_MODE_TECH[mode] if expected else "none")
-  assert p.network_signal_strength == (signal if expected else "none")
+  assert p.network_technology_connected == (tech if expected else "none")
+  assert p.network_signal_strength == (signals[tech] if expected else "none")
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
 @given(used=hst.floats(0, 30), refuel=hst.floats(0, 4), plan=hst.sampled_from(["P1001", "P1002", "P1003"]))
-def test_data_exhausted_is_usage_over_limit_plus_refuel(used, refuel, plan):
+def test_data_exhausted_is_usage_at_limit_plus_refuel(used, refuel, plan):
   state = st.fresh_state()
   state.surroundings.phone_number = "555-123-2002"
   line = st.find_record(state.db, "lines", "line_id", "L1002")
   line.update(data_used_gb=used, data_refueling_gb=refuel, plan_id=plan)
   st.sync_surroundings(state)
   limit = {"P1001": 5.0, "P1002": 15.0, "P1003": 999.0}[plan]
-  assert state.surroundings.data_exhausted == (used > limit + refuel)
+  assert state.surroundings.data_exhausted == (used >= limit + refuel)

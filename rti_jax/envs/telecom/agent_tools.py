@@ -2,10 +2,12 @@
 
 Each tool is a function ``(state, **arguments) -> str`` returning compact JSON or a
 short sentence; a bad id or argument returns ``"Error: ..."`` naming the argument,
-the expected and the received value (never raises). Tools follow the main policy
-(``data/main_policy.md``) where the policy describes the tool's own behaviour (the
-refuel cap of 2 GB, one bill awaiting payment at a time) and leave policy decisions
-(e.g. not resuming a line whose contract ended) to the agent, as tau2-bench does.
+the expected and the received value (never raises). The tools, their arguments and
+their effects are tau2-bench's 13 agent tools (``tests/test_tau2_parity.py`` checks
+the rewards against it): they check what the tool itself requires (a line must be
+Active to suspend, one bill awaiting payment at a time, a positive refuel) and leave
+policy decisions (the 2 GB refuel cap, not resuming a line whose contract ended) to
+the agent. Lookups by phone number match the number exactly as the DB writes it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Callable
 from rti_jax.envs.telecom import state as st
 from rti_jax.envs.telecom.state import TelecomState
 
+#: the policy's refuel cap (the tool itself accepts any positive amount, as tau2-bench's does)
 MAX_REFUEL_GB = 2.0
 
 
@@ -64,18 +67,10 @@ def _customer_summary(state: TelecomState, customer: dict[str, Any]) -> dict[str
 
 
 def get_customer_by_phone(state: TelecomState, phone_number: str) -> str:
-  wanted = st.digits(phone_number)
-  if len(wanted) < 7:
-    raise ToolError(f"phone_number must be a phone number like '555-123-2002', got {phone_number!r}")
-  for customer in state.db["customers"]:
-    if st.digits(customer["phone_number"]) == wanted:
-      return _dump(_customer_summary(state, customer))
-  line = st.line_by_phone(state.db, phone_number)
-  if line is not None:
-    customer = st.customer_of_line(state.db, line["line_id"])
-    if customer is not None:
-      return _dump(_customer_summary(state, customer))
-  raise ToolError(f"no customer with phone_number {phone_number!r}")
+  customer = st.customer_by_phone(state.db, phone_number)
+  if customer is None:
+    raise ToolError(f"no customer with phone_number {phone_number!r} (numbers are written like '555-123-2002')")
+  return _dump(_customer_summary(state, customer))
 
 
 def get_customer_by_id(state: TelecomState, customer_id: str) -> str:
@@ -83,10 +78,9 @@ def get_customer_by_id(state: TelecomState, customer_id: str) -> str:
 
 
 def get_customer_by_name(state: TelecomState, full_name: str, dob: str) -> str:
-  for customer in state.db["customers"]:
-    if customer["full_name"].lower() == full_name.strip().lower() and customer["date_of_birth"] == dob.strip():
-      return _dump(_customer_summary(state, customer))
-  raise ToolError(f"no customer with full_name {full_name!r} and dob {dob!r} (dob format YYYY-MM-DD)")
+  """Every customer with this full name (any case) and date of birth (YYYY-MM-DD); may be empty."""
+  return _dump([_customer_summary(state, c) for c in state.db["customers"]
+                if c["full_name"].lower() == full_name.lower() and c["date_of_birth"] == dob])
 
 
 _ID_TABLES = {"C": ("customers", "customer_id"), "L": ("lines", "line_id"), "P": ("plans", "plan_id"),
@@ -94,19 +88,19 @@ _ID_TABLES = {"C": ("customers", "customer_id"), "L": ("lines", "line_id"), "P":
 
 
 def get_details_by_id(state: TelecomState, id: str) -> str:  # noqa: A002 (the tool's argument name)
-  table = _ID_TABLES.get(id[:1].upper()) if id else None
+  table = _ID_TABLES.get(id[:1]) if id else None
   record = st.find_record(state.db, *table, id) if table else None
   if record is None:
     raise ToolError(f"id {id!r} not found (expected a customer C..., line L..., plan P..., device D... or bill B... id)")
   return _dump(record)
 
 
-def get_bills_for_customer(state: TelecomState, customer_id: str) -> str:
+def get_bills_for_customer(state: TelecomState, customer_id: str, limit: int = 12) -> str:
   customer = _customer(state, customer_id)
   bills = [b for b in state.db["bills"] if b["bill_id"] in customer["bill_ids"]]
   bills.sort(key=lambda b: b["issue_date"], reverse=True)
   return _dump([{k: b[k] for k in ("bill_id", "period_start", "period_end", "total_due", "due_date", "status")}
-                for b in bills])
+                for b in bills[:limit]])
 
 
 def get_data_usage(state: TelecomState, customer_id: str, line_id: str) -> str:
@@ -114,10 +108,6 @@ def get_data_usage(state: TelecomState, customer_id: str, line_id: str) -> str:
   return _dump({"line_id": line_id, "data_used_gb": line["data_used_gb"],
                 "data_limit_gb": st.plan_data_limit_gb(state.db, line),
                 "data_refueling_gb": line["data_refueling_gb"], "cycle_end_date": "2025-02-28"})
-
-
-def get_available_plans(state: TelecomState) -> str:
-  return _dump(state.db["plans"])
 
 
 # ----------------------------------------------------------------------------- actions
@@ -140,24 +130,35 @@ def disable_roaming(state: TelecomState, customer_id: str, line_id: str) -> str:
 
 
 def refuel_data(state: TelecomState, customer_id: str, line_id: str, gb_amount: float) -> str:
+  """Adds ``gb_amount`` GB to the line and charges it on the customer's draft bill."""
   line = _line_of(state, customer_id, line_id)
-  if not 0 < gb_amount <= MAX_REFUEL_GB:
-    raise ToolError(f"gb_amount must be in (0, {MAX_REFUEL_GB}] GB, got {gb_amount!r}")
+  if gb_amount <= 0:
+    raise ToolError(f"gb_amount must be positive, got {gb_amount!r}")
   plan = st.find_record(state.db, "plans", "plan_id", line["plan_id"])
-  price = float(plan["data_refueling_price_per_gb"]) * gb_amount
-  line["data_refueling_gb"] = round(float(line["data_refueling_gb"]) + gb_amount, 6)
+  if plan is None:
+    raise ToolError(f"line {line_id} has no plan")
+  rate = plan["data_refueling_price_per_gb"]
+  price = gb_amount * rate
+  line["data_refueling_gb"] = line["data_refueling_gb"] + gb_amount
+  _charge(state, customer_id, price, f"Data refueling: {gb_amount} GB at ${rate}/GB")
   return (f"Refueled {gb_amount:g} GB on line {line_id} for ${price:.2f}. "
           f"Refueled this cycle: {line['data_refueling_gb']:g} GB.")
 
 
-def change_plan(state: TelecomState, customer_id: str, line_id: str, plan_id: str) -> str:
-  line = _line_of(state, customer_id, line_id)
-  plan = st.find_record(state.db, "plans", "plan_id", plan_id)
-  if plan is None:
-    raise ToolError(f"plan_id {plan_id!r} not found (plans: {[p['plan_id'] for p in state.db['plans']]})")
-  line["plan_id"] = plan_id
-  line["last_plan_change_date"] = st.TODAY
-  return f"Line {line_id} changed to {plan['name']} ({plan_id}), ${plan['price_per_month']:.2f}/month."
+def _charge(state: TelecomState, customer_id: str, amount: float, description: str) -> None:
+  """A one-time charge on the customer's Draft bill (a new one for next month if none)."""
+  customer = _customer(state, customer_id)
+  draft = next((b for i in customer["bill_ids"]
+                if (b := st.find_record(state.db, "bills", "bill_id", i)) is not None and b["status"] == "Draft"), None)
+  if draft is None:
+    draft = {"bill_id": f"B{customer_id}D{len(state.db['bills'])}", "customer_id": customer_id,
+             "period_start": "2025-03-01", "period_end": "2025-03-31", "issue_date": "2025-03-01",
+             "total_due": 0, "due_date": "2025-03-15", "status": "Draft", "line_items": []}
+    state.db["bills"].append(draft)
+    customer["bill_ids"].append(draft["bill_id"])
+  draft["line_items"].append({"description": description, "amount": amount, "date": st.TODAY,
+                              "item_type": "Credit" if amount < 0 else "Charge"})
+  draft["total_due"] = draft["total_due"] + amount
 
 
 def suspend_line(state: TelecomState, customer_id: str, line_id: str, reason: str) -> str:
@@ -171,8 +172,9 @@ def suspend_line(state: TelecomState, customer_id: str, line_id: str, reason: st
 
 def resume_line(state: TelecomState, customer_id: str, line_id: str) -> str:
   line = _line_of(state, customer_id, line_id)
-  if line["status"] != "Suspended":
-    raise ToolError(f"line {line_id} must be Suspended to resume, its status is {line['status']!r}")
+  if line["status"] not in ("Suspended", "Pending Activation"):
+    raise ToolError(f"line {line_id} must be Suspended or Pending Activation to resume, "
+                    f"its status is {line['status']!r}")
   line["status"] = "Active"
   line.pop("suspension_start_date", None)
   return f"Line {line_id} resumed. The user must reboot the phone to get service."
@@ -180,11 +182,11 @@ def resume_line(state: TelecomState, customer_id: str, line_id: str) -> str:
 
 def send_payment_request(state: TelecomState, customer_id: str, bill_id: str) -> str:
   customer = _customer(state, customer_id)
-  if bill_id not in customer["bill_ids"]:
-    raise ToolError(f"bill_id {bill_id!r} is not a bill of customer {customer_id!r} (bills: {customer['bill_ids']})")
   for other in state.db["bills"]:
     if other["bill_id"] in customer["bill_ids"] and other["status"] == "Awaiting Payment":
       raise ToolError(f"customer {customer_id} already has bill {other['bill_id']} awaiting payment")
+  if bill_id not in customer["bill_ids"]:
+    raise ToolError(f"bill_id {bill_id!r} is not a bill of customer {customer_id!r} (bills: {customer['bill_ids']})")
   bill = st.find_record(state.db, "bills", "bill_id", bill_id)
   bill["status"] = "Awaiting Payment"
   return f"Payment request for bill {bill_id} (${float(bill['total_due']):.2f}) sent to the customer."
@@ -197,21 +199,29 @@ def transfer_to_human_agents(state: TelecomState, summary: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class AgentTool:
-  """An agent tool: function, JSON-schema properties (all required) and description."""
+  """An agent tool: function, description, JSON-schema properties (required unless named in
+  ``optional``)."""
 
   name: str
   fn: Callable[..., str]
   description: str
   properties: dict[str, dict[str, str]]
+  optional: tuple[str, ...] = ()
+
+  @property
+  def required(self) -> list[str]:
+    return [p for p in self.properties if p not in self.optional]
 
   def schema(self) -> dict[str, Any]:
     return {"type": "function", "function": {
         "name": self.name, "description": self.description,
         "parameters": {"type": "object", "properties": self.properties,
-                       "required": list(self.properties)}}}
+                       "required": self.required}}}
 
 
 _S = {"type": "string"}
+#: free text that the tool only logs (any JSON value is accepted, as tau2-bench's tools do)
+_ANY = {"type": "string"}  # (``is``-compared: a separate object from _S)
 _CID = {"customer_id": {"type": "string", "description": "customer id, e.g. C1001"}}
 _CL = {**_CID, "line_id": {"type": "string", "description": "line id, e.g. L1001"}}
 
@@ -223,43 +233,47 @@ AGENT_TOOLS: dict[str, AgentTool] = {t.name: t for t in [
               "Find a customer by full name and date of birth (YYYY-MM-DD).", {"full_name": _S, "dob": _S}),
     AgentTool("get_details_by_id", get_details_by_id,
               "Get a customer, line, plan, device or bill record by its id.", {"id": _S}),
-    AgentTool("get_bills_for_customer", get_bills_for_customer, "List a customer's bills, newest first.",
-              dict(_CID)),
+    AgentTool("get_bills_for_customer", get_bills_for_customer,
+              "List a customer's bills, newest first (at most limit, default 12).",
+              {**_CID, "limit": {"type": "integer"}}, optional=("limit",)),
     AgentTool("get_data_usage", get_data_usage, "Data used, plan limit and refuelled data of a line.", dict(_CL)),
-    AgentTool("get_available_plans", get_available_plans, "List all plans.", {}),
     AgentTool("enable_roaming", enable_roaming, "Enable roaming on a line (free).", dict(_CL)),
     AgentTool("disable_roaming", disable_roaming, "Disable roaming on a line.", dict(_CL)),
-    AgentTool("refuel_data", refuel_data, "Add data (at most 2 GB) to a line at the plan's price per GB.",
+    AgentTool("refuel_data", refuel_data, "Add data to a line, charged at the plan's price per GB.",
               {**_CL, "gb_amount": {"type": "number"}}),
-    AgentTool("change_plan", change_plan, "Change a line's plan.", {**_CL, "plan_id": _S}),
-    AgentTool("suspend_line", suspend_line, "Suspend an active line.", {**_CL, "reason": _S}),
+    AgentTool("suspend_line", suspend_line, "Suspend an active line.", {**_CL, "reason": _ANY}),
     AgentTool("resume_line", resume_line, "Resume a suspended line.", dict(_CL)),
     AgentTool("send_payment_request", send_payment_request,
               "Send the customer a payment request for a bill (sets it to Awaiting Payment).",
               {**_CID, "bill_id": _S}),
     AgentTool("transfer_to_human_agents", transfer_to_human_agents,
-              "Transfer the user to a human agent, with a summary of the issue.", {"summary": _S}),
+              "Transfer the user to a human agent, with a summary of the issue.", {"summary": _ANY}),
 ]}
 
 
 def _check_arguments(tool: AgentTool, arguments: dict[str, Any]) -> dict[str, Any]:
-  missing = [p for p in tool.properties if p not in arguments]
+  """Names and JSON types as the schema says (a number is a JSON number, not a numeric
+  string; an integer is a whole JSON number); raises ToolError otherwise."""
+  missing = [p for p in tool.required if p not in arguments]
   extra = [a for a in arguments if a not in tool.properties]
   if missing or extra:
     raise ToolError(f"{tool.name} takes ({', '.join(tool.properties) or 'no arguments'}); "
                     f"missing {missing}, unexpected {extra}")
   clean = {}
   for name, value in arguments.items():
-    kind = tool.properties[name]["type"]
-    if kind == "number":
-      if isinstance(value, bool):  # JSON true/false is not a number (float(True) would read it as 1)
-        raise ToolError(f"argument {name} of {tool.name} must be a number, got {value!r}")
-      try:
-        value = float(value)  # a JSON number, or a numeric string as tau2's argument parsing accepts
-      except (TypeError, ValueError, OverflowError):
-        raise ToolError(f"argument {name} of {tool.name} must be a number, got {value!r}") from None
+    spec = tool.properties[name]
+    kind = spec["type"]
+    if spec is _ANY:
+      pass
+    elif kind in ("number", "integer"):
+      # JSON true/false is not a number; a numeric string is not one either (tau2-bench's
+      # tools fail on it)
+      if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind == "integer" and not isinstance(value, int)):
+        raise ToolError(f"argument {name} of {tool.name} must be a{'n integer' if kind == 'integer' else ' number'}, "
+                        f"got {value!r}")
       if not math.isfinite(value):
         raise ToolError(f"argument {name} of {tool.name} must be a finite number, got {value!r}")
+      value = float(value) if kind == "number" else value
     elif not isinstance(value, str):
       raise ToolError(f"argument {name} of {tool.name} must be a string, got {value!r}")
     clean[name] = value

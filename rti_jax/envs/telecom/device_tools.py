@@ -1,15 +1,20 @@
 """The user's device tools: deterministic functions of ``TelecomState``.
 
 Only the (scripted) user runs these; an agent that calls one gets an error
-observation from the environment. Read-only tools describe the phone; fix tools
-change a setting, then the phone re-syncs with the carrier and re-registers on
-the network (``state.sync_surroundings`` + ``state.network_search``), so every
-output reflects the state after the action. Outputs are short plain text.
+observation from the environment. The tools, their arguments and their effects
+are tau2-bench's (``tests/test_tau2_parity.py`` checks the rewards against it);
+the output texts are this port's own, short and plain. After every tool the
+surroundings are re-synced with the carrier's records; the phone re-registers on
+the network (``state.network_search``) only after the actions that trigger a
+search there: airplane mode, mobile data, roaming, network mode, SIM reseat, APN
+set or reset, reboot (Data Saver, Wi-Fi, Wi-Fi Calling, VPN and app permissions
+do not).
 
-Speed model (``internet_speed``): download Mbit/s = technology base (5G 500, 4G
-100, 3G 10, 2G 0.5) x signal factor (excellent 1.0, good 0.8, fair 0.5, poor 0.2)
-x 0.2 with Data Saver on x 0.1 through a poor VPN; the label is "very poor" below
-1, "poor" below 5, "fair" below 25, "good" below 100, else "excellent".
+Speed model (``internet_speed``): download Mbit/s = the technology's mid-range (5G
+275, 4G 55, 3G 3, 2G 0.25) x signal factor (excellent 1.0, good 0.8, fair 0.5,
+poor 0.2) x 0.1 through a poor VPN x 0.2 with Data Saver on, rounded to 0.01; the
+label is "very poor" below 1, "poor" below 5, "fair" below 25, "good" below 100,
+else "excellent".
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from typing import Any, Callable
 from rti_jax.envs.telecom import state as st
 from rti_jax.envs.telecom.state import TelecomState
 
-TECH_BASE_MBPS = {"5G": 500.0, "4G": 100.0, "3G": 10.0, "2G": 0.5}
+#: (min, max) Mbit/s of each technology; the speed test uses the middle
+TECH_RANGE_MBPS = {"2G": (0.1, 0.4), "3G": (1.0, 5.0), "4G": (10.0, 100.0), "5G": (50.0, 500.0)}
+TECH_BASE_MBPS = {tech: (lo + hi) / 2.0 for tech, (lo, hi) in TECH_RANGE_MBPS.items()}
 SIGNAL_FACTOR = {"excellent": 1.0, "good": 0.8, "fair": 0.5, "poor": 0.2, "none": 0.0}
 DATA_SAVER_FACTOR = 0.2
 POOR_VPN_FACTOR = 0.1
@@ -44,12 +51,11 @@ def internet_speed(state: TelecomState) -> tuple[float | None, str]:
   if not st.mobile_data_working(state):
     return None, "no connection"
   phone = state.phone
-  mbps = TECH_BASE_MBPS[phone.network_technology_connected]
-  mbps *= SIGNAL_FACTOR[phone.network_signal_strength]
+  factor = POOR_VPN_FACTOR if phone.vpn_connected and phone.vpn_performance == "poor" else 1.0
   if phone.data_saver_mode:
-    mbps *= DATA_SAVER_FACTOR
-  if phone.vpn_connected and phone.vpn_performance == "poor":
-    mbps *= POOR_VPN_FACTOR
+    factor *= DATA_SAVER_FACTOR
+  mbps = TECH_BASE_MBPS.get(phone.network_technology_connected, 0.0)
+  mbps = round(mbps * SIGNAL_FACTOR[phone.network_signal_strength] * factor, 2)
   return mbps, speed_label(mbps)
 
 
@@ -57,18 +63,20 @@ def mms_blockers(state: TelecomState) -> list[str]:
   """Why MMS cannot be sent right now (empty when it can)."""
   phone = state.phone
   reasons = []
-  if phone.network_connection_status != "connected":
-    reasons.append("no cellular service")
-  elif not st.mobile_data_working(state):
-    reasons.append("mobile data not working")
+  if not st.mobile_data_working(state):
+    reasons.append("mobile data not working" if phone.network_connection_status == "connected"
+                   else "no cellular service")
   elif phone.network_technology_connected == "2G":
     reasons.append("2G network")
-  if not phone.active_apn_settings.mmsc_url:
-    reasons.append("MMSC URL not set")
   if phone.wifi_calling_enabled and phone.wifi_calling_mms_over_wifi:
     reasons.append("MMS over Wi-Fi calling")
-  perms = phone.app_permissions.get("messaging", {})
-  reasons.extend(f"messaging lacks {p} permission" for p in MMS_PERMISSIONS if not perms.get(p))
+  if phone.active_apn_settings.mmsc_url is None:
+    reasons.append("MMSC URL not set")
+  perms = phone.app_permissions.get("messaging")
+  if perms is None:
+    reasons.append("no messaging app")
+  else:
+    reasons.extend(f"messaging lacks {p} permission" for p in MMS_PERMISSIONS if not perms.get(p))
   return reasons
 
 
@@ -88,15 +96,20 @@ def check_status_bar(state: TelecomState) -> str:
   parts = []
   if p.airplane_mode:
     parts.append("Airplane Mode")
-  if p.network_connection_status == "connected":
-    parts.append(f"Signal {_BARS[p.network_signal_strength]} {p.network_technology_connected}")
   else:
-    parts.append("No Signal")
-  parts.append("Data Enabled" if p.data_enabled else "Data Disabled")
-  if p.data_saver_mode:
-    parts.append("Data Saver")
-  if p.wifi_enabled:
-    parts.append("Wi-Fi Connected" if p.wifi_connected else "Wi-Fi Enabled")
+    if p.network_signal_strength == "none":
+      parts.append("No Signal")
+    else:
+      tech = f" {p.network_technology_connected}" if p.network_technology_connected != "none" else ""
+      parts.append(f"Signal {_BARS[p.network_signal_strength]}{tech}")
+    if p.data_enabled and p.network_technology_connected != "none":
+      parts.append("Data Enabled")
+      if p.data_saver_mode:
+        parts.append("Data Saver")
+    else:
+      parts.append("Data Disabled")
+  if p.wifi_enabled and p.wifi_connected:
+    parts.append("Wi-Fi Connected")
   if p.vpn_connected:
     parts.append("VPN Connected")
   parts.append(f"Battery {p.battery_level}%")
@@ -105,7 +118,8 @@ def check_status_bar(state: TelecomState) -> str:
 
 def check_network_status(state: TelecomState) -> str:
   p = state.phone
-  return (f"Airplane mode: {_on_off(p.airplane_mode)}. Cellular: {p.network_connection_status}, "
+  return (f"Airplane mode: {_on_off(p.airplane_mode)}. SIM: {st.sim_status(p)}. "
+          f"Cellular: {p.network_connection_status}, "
           f"signal {p.network_signal_strength}, technology {p.network_technology_connected}. "
           f"Mobile data: {_on_off(p.data_enabled)}. Data roaming: {_on_off(p.roaming_enabled)}. "
           f"Wi-Fi: {'connected' if p.wifi_connected else _on_off(p.wifi_enabled)}.")
@@ -116,25 +130,19 @@ def check_network_mode_preference(state: TelecomState) -> str:
 
 
 def check_sim_status(state: TelecomState) -> str:
-  p = state.phone
-  if p.sim_card_missing:
-    return "SIM status: Missing (no SIM card detected)."
   labels = {"active": "Active", "locked_pin": "Locked (PIN required)",
-            "locked_puk": "Locked (PUK required)", "missing": "Missing"}
-  return f"SIM status: {labels.get(p.sim_card_status, p.sim_card_status)}."
+            "locked_puk": "Locked (PUK required)", "missing": "Missing (no SIM card detected)"}
+  status = st.sim_status(state.phone)
+  return f"SIM status: {labels.get(status, status)}."
 
 
 def check_data_restriction_status(state: TelecomState) -> str:
-  return (f"Data Saver mode: {_on_off(state.phone.data_saver_mode)}. "
-          f"Background data restricted: {'yes' if state.phone.data_saver_mode else 'no'}.")
+  return f"Data Saver mode: {_on_off(state.phone.data_saver_mode)}."
 
 
 def check_apn_settings(state: TelecomState) -> str:
   apn = state.phone.active_apn_settings
-  verdict = "Incorrect" if st.apn_is_broken(state.phone) else "Correct"
-  mmsc = apn.mmsc_url or "not set"
-  pending = " Reset pending: reboot to apply." if state.phone.apn_reset_pending else ""
-  return f"APN settings ({verdict}): APN name {apn.apn_name}, MMS APN {apn.mms_apn}, MMSC URL {mmsc}.{pending}"
+  return f"APN settings: APN name {apn.apn_name}, MMSC URL {apn.mmsc_url or 'not set'}."
 
 
 def check_wifi_status(state: TelecomState) -> str:
@@ -143,26 +151,24 @@ def check_wifi_status(state: TelecomState) -> str:
     return "Wi-Fi: OFF."
   if p.wifi_connected:
     return f"Wi-Fi: ON, connected, signal {p.wifi_signal_strength}."
-  return "Wi-Fi: ON, not connected (no known networks in range)."
+  return "Wi-Fi: ON, not connected to any network."
 
 
 def check_wifi_calling_status(state: TelecomState) -> str:
-  p = state.phone
-  return (f"Wi-Fi Calling: {_on_off(p.wifi_calling_enabled)}. "
-          f"MMS over Wi-Fi: {_on_off(p.wifi_calling_mms_over_wifi)}.")
+  return f"Wi-Fi Calling: {_on_off(state.phone.wifi_calling_enabled)}."
 
 
 def check_vpn_status(state: TelecomState) -> str:
   p = state.phone
-  if not p.vpn_enabled_setting:
-    return "VPN: OFF."
-  if not p.vpn_connected:
-    return "VPN: ON, not connected."
-  return f"VPN: ON and connected. Performance: {p.vpn_performance.capitalize()}."
+  if p.vpn_connected:
+    return f"VPN: ON and connected. Performance: {(p.vpn_performance or 'unknown').capitalize()}."
+  if p.vpn_enabled_setting:
+    return "VPN: ON in settings, not connected."
+  return "VPN: OFF."
 
 
 def check_installed_apps(state: TelecomState) -> str:
-  return "Installed apps: " + ", ".join(sorted(state.phone.app_permissions)) + "."
+  return "Installed apps: " + ", ".join(state.phone.app_permissions) + "."
 
 
 def _app_permissions_text(state: TelecomState, app_name: str) -> str | None:
@@ -180,14 +186,11 @@ def check_app_permissions(state: TelecomState, app_name: str) -> str:
 
 def check_app_status(state: TelecomState, app_name: str) -> str:
   text = _app_permissions_text(state, app_name)
-  if text is None:
-    return _unknown_app(state, app_name)
-  restricted = "restricted (Data Saver)" if state.phone.data_saver_mode else "allowed"
-  return f"App {app_name}: installed. {text} Background data: {restricted}."
+  return f"App {app_name}: installed. {text}" if text else _unknown_app(state, app_name)
 
 
 def _unknown_app(state: TelecomState, app_name: str) -> str:
-  return (f"Error: app_name must be an installed app ({', '.join(sorted(state.phone.app_permissions))}), "
+  return (f"Error: app_name must be an installed app ({', '.join(state.phone.app_permissions)}), "
           f"got {app_name!r}.")
 
 
@@ -195,7 +198,7 @@ def run_speed_test(state: TelecomState) -> str:
   mbps, label = internet_speed(state)
   if mbps is None:
     return "Speed test: no connection."
-  return f"Speed test: {mbps:.1f} Mbps download ({label})."
+  return f"Speed test: {mbps:.2f} Mbps download ({label})."
 
 
 def can_send_mms(state: TelecomState) -> str:
@@ -214,52 +217,69 @@ def check_payment_request(state: TelecomState) -> str:
 # ----------------------------------------------------------------------------- fix tools
 
 
-def _resync(state: TelecomState) -> None:
-  st.sync_surroundings(state)
+def turn(state: TelecomState, tool: str, on: bool) -> None:
+  """Sets a toggled setting to ``on`` as tau2-bench's fault functions do: toggle once, and
+  again if that left it the other way (so a setting already right is toggled twice, each
+  toggle with its own effects, e.g. a network search)."""
+  toggle, field = _TURNABLE[tool]
+  toggle(state)
+  if getattr(state.phone, field) != on:
+    toggle(state)
+
+
+def _toggle_airplane(state: TelecomState) -> None:
+  """Turning airplane mode on drops Wi-Fi and the VPN; turning it off drops Wi-Fi (when
+  on); either way the phone searches the network."""
+  p = state.phone
+  was_on = p.airplane_mode
+  p.airplane_mode = not was_on
+  if not was_on or p.wifi_enabled:
+    p.wifi_connected, p.wifi_signal_strength = False, "none"
+  if not was_on and p.vpn_connected:
+    p.vpn_connected, p.vpn_performance = False, None
   st.network_search(state)
 
 
 def toggle_airplane_mode(state: TelecomState) -> str:
-  state.phone.airplane_mode = not state.phone.airplane_mode
-  if state.phone.airplane_mode:
-    state.phone.wifi_enabled = False
-  _resync(state)
+  _toggle_airplane(state)
   return f"Airplane mode is now {_on_off(state.phone.airplane_mode)}. " + check_status_bar(state)
 
 
 def reseat_sim_card(state: TelecomState) -> str:
   state.phone.sim_card_missing = False
-  _resync(state)
+  st.network_search(state)
   return "SIM card removed and reinserted. " + check_sim_status(state) + " " + check_status_bar(state)
 
 
 def toggle_data(state: TelecomState) -> str:
   state.phone.data_enabled = not state.phone.data_enabled
-  _resync(state)
+  st.network_search(state)
   return f"Mobile data is now {_on_off(state.phone.data_enabled)}. " + check_status_bar(state)
 
 
 def toggle_roaming(state: TelecomState) -> str:
   state.phone.roaming_enabled = not state.phone.roaming_enabled
-  _resync(state)
+  st.network_search(state)
   return f"Data roaming is now {_on_off(state.phone.roaming_enabled)}."
 
 
 def toggle_data_saver_mode(state: TelecomState) -> str:
   state.phone.data_saver_mode = not state.phone.data_saver_mode
-  _resync(state)
   return f"Data Saver mode is now {_on_off(state.phone.data_saver_mode)}."
 
 
 def toggle_wifi(state: TelecomState) -> str:
-  state.phone.wifi_enabled = not state.phone.wifi_enabled
-  _resync(state)
-  return f"Wi-Fi is now {_on_off(state.phone.wifi_enabled)}. " + check_wifi_status(state)
+  p = state.phone
+  if p.airplane_mode:
+    return "Wi-Fi cannot be changed while Airplane Mode is ON. " + check_status_bar(state)
+  p.wifi_enabled = not p.wifi_enabled
+  if not p.wifi_enabled:
+    p.wifi_connected, p.wifi_signal_strength = False, "none"
+  return f"Wi-Fi is now {_on_off(p.wifi_enabled)}. " + check_wifi_status(state)
 
 
 def toggle_wifi_calling(state: TelecomState) -> str:
   state.phone.wifi_calling_enabled = not state.phone.wifi_calling_enabled
-  _resync(state)
   return f"Wi-Fi Calling is now {_on_off(state.phone.wifi_calling_enabled)}."
 
 
@@ -267,31 +287,53 @@ def set_network_mode_preference(state: TelecomState, mode: str) -> str:
   if mode not in st.NETWORK_MODES:
     return f"Error: mode must be one of {', '.join(st.NETWORK_MODES)}, got {mode!r}."
   state.phone.network_mode_preference = mode
-  _resync(state)
+  st.network_search(state)
   return f"Network mode preference set to {mode}. " + check_status_bar(state)
 
 
-def set_apn_settings(state: TelecomState, apn_name: str, mmsc_url: str) -> str:
-  apn = state.phone.active_apn_settings
-  apn.apn_name, apn.mmsc_url = apn_name, mmsc_url or None
-  _resync(state)
+_APN_FIELDS = {"apn_name": str, "reset_at_reboot": bool, "mms_apn": str, "mmsc_url": str, "mms_proxy": str,
+               "mms_port": int}
+
+
+def set_apn_settings(state: TelecomState, apn_settings: dict[str, Any]) -> str:
+  """Replaces the APN settings with ``apn_settings`` (fields left out take the carrier
+  default; ``apn_name`` is "internet" or "broken"; ``reset_at_reboot`` schedules a reset)."""
+  if not isinstance(apn_settings, dict):
+    return f"Error: apn_settings must be an object with fields {', '.join(_APN_FIELDS)}, got {apn_settings!r}."
+  unknown = [k for k in apn_settings if k not in _APN_FIELDS]
+  bad = [k for k, v in apn_settings.items() if k in _APN_FIELDS and v is not None
+         and not (isinstance(v, _APN_FIELDS[k]) and (k == "reset_at_reboot" or not isinstance(v, bool)))]
+  if apn_settings.get("apn_name", "internet") not in st.APN_NAMES or unknown or bad:
+    return (f"Error: apn_settings takes {', '.join(_APN_FIELDS)} (apn_name one of {', '.join(st.APN_NAMES)}); "
+            f"unknown {unknown}, bad values {bad or [k for k in ('apn_name',) if k in apn_settings]}.")
+  fields = {k: v for k, v in apn_settings.items() if k != "reset_at_reboot"}
+  if "apn_name" in fields and fields["apn_name"] is None:
+    return "Error: apn_name must be one of internet, broken."
+  state.phone.active_apn_settings = st.ApnSettings(**fields)
+  state.phone.apn_reset_pending = bool(apn_settings.get("reset_at_reboot") or False)
+  st.network_search(state)
   return "APN settings saved. " + check_apn_settings(state)
 
 
 def reset_apn_settings(state: TelecomState) -> str:
   state.phone.apn_reset_pending = True
+  st.network_search(state)
   return "APN settings will be reset to default at the next reboot."
 
 
 def connect_vpn(state: TelecomState) -> str:
-  state.phone.vpn_enabled_setting = True
-  _resync(state)
+  p = state.phone
+  if p.vpn_connected:
+    return "VPN already connected."
+  p.vpn_connected, p.vpn_performance = True, p.vpn_server_performance
   return check_vpn_status(state)
 
 
 def disconnect_vpn(state: TelecomState) -> str:
-  state.phone.vpn_enabled_setting = False
-  _resync(state)
+  p = state.phone
+  if not p.vpn_connected:
+    return "No active VPN connection to disconnect."
+  p.vpn_connected, p.vpn_performance = False, None
   return "VPN disconnected. " + check_vpn_status(state)
 
 
@@ -299,6 +341,7 @@ def grant_app_permission(state: TelecomState, app_name: str, permission: str) ->
   perms = state.phone.app_permissions.get(app_name)
   if perms is None:
     return _unknown_app(state, app_name)
+  permission = permission.lower()
   if permission not in perms:
     return f"Error: permission must be one of {', '.join(perms)}, got {permission!r}."
   perms[permission] = True
@@ -310,22 +353,26 @@ def reboot_device(state: TelecomState) -> str:
   if phone.apn_reset_pending:
     phone.active_apn_settings = dataclasses.replace(state.default_apn)
     phone.apn_reset_pending = False
-  _resync(state)
+  st.network_search(state)
   return "Phone restarted. " + check_status_bar(state)
+
+
+#: tool -> (its toggle, the phone field it flips), for ``turn``
+_TURNABLE = {"toggle_airplane_mode": (_toggle_airplane, "airplane_mode"),
+             "toggle_data": (lambda state: toggle_data(state), "data_enabled"),
+             "toggle_roaming": (lambda state: toggle_roaming(state), "roaming_enabled"),
+             "toggle_data_saver_mode": (lambda state: toggle_data_saver_mode(state), "data_saver_mode")}
 
 
 def make_payment(state: TelecomState) -> str:
   """Pays the pending payment request: the bill becomes Paid in the carrier's DB."""
-  st.sync_surroundings(state)
   req = state.surroundings.payment_request
   if req is None:
     return "Error: there is no payment request to pay."
   bill = st.find_record(state.db, "bills", "bill_id", req.bill_id)
-  bill["status"] = "Paid"
-  _resync(state)
+  if bill is not None:
+    bill["status"] = "Paid"
   return f"Payment of ${req.amount:.2f} for bill {req.bill_id} made."
-
-
 @dataclasses.dataclass(frozen=True)
 class DeviceTool:
   """One device tool: its function, whether it changes state, its argument names."""
@@ -365,7 +412,7 @@ DEVICE_TOOLS: dict[str, DeviceTool] = {t.name: t for t in [
     _tool(toggle_wifi, True, description="Wi-Fi on/off"),
     _tool(toggle_wifi_calling, True, description="Wi-Fi Calling on/off"),
     _tool(set_network_mode_preference, True, ("mode",), "set preferred network type"),
-    _tool(set_apn_settings, True, ("apn_name", "mmsc_url"), "set APN settings"),
+    _tool(set_apn_settings, True, ("apn_settings",), "set APN settings (an object: apn_name, mmsc_url, ...)"),
     _tool(reset_apn_settings, True, description="reset APN to default (applies at reboot)"),
     _tool(connect_vpn, True, description="connect the VPN"),
     _tool(disconnect_vpn, True, description="disconnect the VPN"),
@@ -375,9 +422,13 @@ DEVICE_TOOLS: dict[str, DeviceTool] = {t.name: t for t in [
 ]}
 
 
+#: arguments that are objects, not strings
+_OBJECT_PARAMS = ("apn_settings",)
+
+
 def run_device_tool(state: TelecomState, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
-  """Runs device tool ``name``; returns (output, ok). Bad names or arguments give an
-  error output (never raise)."""
+  """Runs device tool ``name``, then re-syncs the surroundings; returns (output, ok). Bad
+  names or arguments give an error output and change nothing (never raise)."""
   tool = DEVICE_TOOLS.get(name)
   if tool is None:
     return f"Error: {name!r} is not a device tool.", False
@@ -386,8 +437,9 @@ def run_device_tool(state: TelecomState, name: str, arguments: dict[str, Any]) -
   if missing or extra:
     return (f"Error: {name} takes arguments ({', '.join(tool.params) or 'none'}); "
             f"missing {missing}, unexpected {extra}."), False
-  bad = [p for p in tool.params if not isinstance(arguments[p], str)]
+  bad = [p for p in tool.params if p not in _OBJECT_PARAMS and not isinstance(arguments[p], str)]
   if bad:
     return f"Error: arguments {bad} of {name} must be strings.", False
   output = tool.fn(state, **arguments)
+  st.sync_surroundings(state)
   return output, not output.startswith("Error")

@@ -184,6 +184,21 @@ class TelecomEnv(Environment):
         "known_info": task.known_info, "ticket": task.ticket,
     }
 
+  def run_user_tool(self, name: str, arguments: dict[str, Any]) -> str:
+    """Runs device tool ``name`` as the user, outside the scripted user's reading of the
+    agent's messages (to replay a recorded episode or to probe the tools with arguments
+    the scripted user never sends); recorded like the user's own calls. Returns its output."""
+    if self._task is None or self._transcript.done:
+      raise RuntimeError("run_user_tool() needs an episode in progress: call reset(task) first")
+    if not isinstance(arguments, dict):
+      raise TypeError(f"arguments must be a dict, got {type(arguments).__name__}")
+    output, ok = dt.run_device_tool(self._state, name, arguments)
+    self._calls.append(ToolCallRecord("user", name, dict(arguments), ok, output))
+    self._transcript.info["turns"].append({
+        "turn": self._transcript.num_turns, "assistant": None, "agent_calls": [],
+        "user_calls": [{"name": name, "arguments": dict(arguments), "output": output}], "user_reply": None})
+    return output
+
   # --------------------------------------------------------------------------- helpers
 
   @property

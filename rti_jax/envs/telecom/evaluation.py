@@ -3,12 +3,14 @@
 reward = prod over the task's ``reward_basis`` of its component, each 0 or 1:
 
 * ENV_ASSERTION: every env assertion of the task holds on the final state;
-* ACTION: every expected action appears among the episode's successful tool calls
-  by the same requestor with the same name and the compared arguments
-  (``compare_args`` None: all arguments; ``[]``: the name only).
+* ACTION: every expected action appears among the episode's tool calls, as
+  tau2-bench matches them: by name, whoever made the call and whether or not it
+  failed, with equal values for the compared arguments (``compare_args`` None: the
+  arguments the call passed; ``[]``: the name only).
 
 The reward is 0 when the episode did not end by an agent stop, a user stop or a
-transfer (e.g. it hit the turn limit).
+transfer (e.g. it hit the turn limit). ``tests/test_tau2_parity.py`` checks these
+rewards against tau2-bench's own evaluator.
 """
 
 from __future__ import annotations
@@ -45,10 +47,32 @@ def assert_mobile_data_status(state: TelecomState, expected_status: bool) -> boo
   return st.mobile_data_working(state) == expected_status
 
 
-def assert_internet_speed(state: TelecomState, expected_speed: float, expected_desc: str) -> bool:
-  """The speed test reaches ``expected_speed`` Mbit/s and carries the label ``expected_desc``."""
+def assert_internet_speed(state: TelecomState, expected_speed: float, expected_desc: str | None = None) -> bool:
+  """The speed test reaches ``expected_speed`` Mbit/s (no connection: 0) and, when given,
+  carries the label ``expected_desc`` (any case)."""
   mbps, label = dt.internet_speed(state)
-  return mbps is not None and mbps >= expected_speed and label == expected_desc
+  fast = (mbps or 0.0) >= expected_speed
+  return fast if expected_desc is None else fast and label == expected_desc.lower()
+
+
+def assert_internet_not_excellent(state: TelecomState) -> bool:
+  return dt.internet_speed(state)[1] != "excellent"
+
+
+def assert_airplane_mode_status(state: TelecomState, expected_status: bool) -> bool:
+  return state.phone.airplane_mode == expected_status
+
+
+def assert_mobile_roaming_status(state: TelecomState, expected_status: bool) -> bool:
+  return state.phone.roaming_enabled == expected_status
+
+
+def assert_mobile_data_saver_mode_status(state: TelecomState, expected_status: bool) -> bool:
+  return state.phone.data_saver_mode == expected_status
+
+
+def assert_mobile_data_usage_exceeded(state: TelecomState, expected_status: bool) -> bool:
+  return state.surroundings.data_exhausted == expected_status
 
 
 def assert_can_send_mms(state: TelecomState, expected_status: bool) -> bool:
@@ -61,18 +85,22 @@ def assert_data_refueling_amount(state: TelecomState, customer_id: str, line_id:
   customer = st.find_record(state.db, "customers", "customer_id", customer_id)
   if line is None or customer is None or line_id not in customer["line_ids"]:
     return False
-  return math.isclose(float(line["data_refueling_gb"]), float(expected_amount), abs_tol=1e-6)
-
-
-#: bill statuses of a past-due bill that is still unpaid (a payment request alone does not pay it)
-UNPAID_PAST_DUE = ("Overdue", "Awaiting Payment")
+  return abs(line["data_refueling_gb"] - expected_amount) < 1e-6
 
 
 def assert_no_overdue_bill(state: TelecomState, overdue_bill_id: str) -> bool:
-  """True unless bill ``overdue_bill_id`` exists and is still unpaid (Overdue, or
-  Awaiting Payment after a payment request the user has not paid)."""
+  """True when bill ``overdue_bill_id`` does not exist or is Paid (a payment request alone,
+  Awaiting Payment, does not pay it)."""
   bill = st.find_record(state.db, "bills", "bill_id", overdue_bill_id)
-  return bill is None or bill["status"] not in UNPAID_PAST_DUE
+  return bill is None or bill["status"] == "Paid"
+
+
+def assert_line_status(state: TelecomState, customer_id: str, line_id: str, expected_status: str) -> bool:
+  line = st.find_record(state.db, "lines", "line_id", line_id)
+  customer = st.find_record(state.db, "customers", "customer_id", customer_id)
+  if line is None or customer is None or line_id not in customer["line_ids"]:
+    return False
+  return line["status"] == expected_status
 
 
 ASSERTIONS: dict[tuple[str, str], Callable[..., bool]] = {
@@ -80,6 +108,12 @@ ASSERTIONS: dict[tuple[str, str], Callable[..., bool]] = {
     ("user", "assert_mobile_data_status"): assert_mobile_data_status,
     ("user", "assert_internet_speed"): assert_internet_speed,
     ("user", "assert_can_send_mms"): assert_can_send_mms,
+    ("user", "assert_internet_not_excellent"): assert_internet_not_excellent,
+    ("user", "assert_airplane_mode_status"): assert_airplane_mode_status,
+    ("user", "assert_mobile_roaming_status"): assert_mobile_roaming_status,
+    ("user", "assert_mobile_data_saver_mode_status"): assert_mobile_data_saver_mode_status,
+    ("user", "assert_mobile_data_usage_exceeded"): assert_mobile_data_usage_exceeded,
+    ("assistant", "assert_line_status"): assert_line_status,
     ("assistant", "assert_data_refueling_amount"): assert_data_refueling_amount,
     ("assistant", "assert_no_overdue_bill"): assert_no_overdue_bill,
 }
@@ -94,16 +128,15 @@ def check_assertion(state: TelecomState, assertion: EnvAssertion) -> bool:
 
 
 def action_matches(expected: Action, call: ToolCallRecord) -> bool:
-  if not call.ok or call.requestor != expected.requestor or call.name != expected.name:
+  """tau2-bench's rule: the same name (any requestor, failed calls included) and, over the
+  compared keys (``compare_args``, or the keys the call passed when None), equal values;
+  a key present on one side only makes them differ."""
+  if call.name != expected.name:
     return False
-  keys = expected.arguments.keys() if expected.compare_args is None else expected.compare_args
-  return all(_same(call.arguments.get(k), expected.arguments.get(k)) for k in keys)
-
-
-def _same(a: Any, b: Any) -> bool:
-  if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-    return math.isclose(float(a), float(b), abs_tol=1e-6)
-  return a == b
+  keys = call.arguments.keys() if expected.compare_args is None else expected.compare_args
+  got = {k: v for k, v in call.arguments.items() if k in keys}
+  want = {k: v for k, v in expected.arguments.items() if k in keys}
+  return got == want
 
 
 @dataclasses.dataclass(frozen=True)
