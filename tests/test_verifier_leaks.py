@@ -471,6 +471,7 @@ def test_coordinate_pairs_read_what_the_tool_reads():
     lon, lat = parse_location(spelled)
     assert coordinate_pairs(f"at {spelled}.") == {(lon.normalize(), lat.normalize())}, spelled
   assert coordinate_pairs("steps 2, 3 and 1.5, 200.5 or 181.5,2.5") == set()  # integers, a latitude over 90
+  assert coordinate_pairs("1.5,2.5,3.5,4.5") == {(Decimal("1.5"), Decimal("2.5")), (Decimal("3.5"), Decimal("4.5"))}
 
 
 def test_coordinates_the_tool_reads_are_the_ones_checked():

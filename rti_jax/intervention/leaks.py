@@ -231,10 +231,12 @@ def coordinate_pairs(text: Any) -> set[tuple[Decimal, Decimal]]:
     if value is not None and literal.startswith("-"):
       value = -value
     lon, end = prev
-    if lon is not None and value is not None and _PAIR_GAP_RE.fullmatch(s, end, m.start()) is not None:
-      if abs(lon) <= 180 and abs(value) <= 90:
-        out.add((lon, value))
-    prev = (value, m.end())
+    if (lon is not None and value is not None and _PAIR_GAP_RE.fullmatch(s, end, m.start()) is not None
+        and abs(lon) <= 180 and abs(value) <= 90):
+      out.add((lon, value))
+      prev = (None, -1)  # a pair's latitude starts no other pair ("lon,lat,lon,lat")
+    else:
+      prev = (value, m.end())
   return out
 
 

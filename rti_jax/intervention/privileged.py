@@ -123,8 +123,10 @@ def _add_prose(out: Privileged, key: str | None, text: str) -> None:
   for m in _PERSON_IN_TEXT.finditer(text):
     _add_person(out, m.group(1))
   for m in _CAP_RUN.finditer(text):
-    before = text[:m.start()].rstrip()
-    if before and before[-1] not in _SENTENCE_START:
+    at = m.start()  # the last character before the run that is not a space
+    while at > 0 and text[at - 1].isspace():
+      at -= 1
+    if at > 0 and text[at - 1] not in _SENTENCE_START:  # a name, not a sentence's first word
       out.add_string(m.group(0), f"the name {m.group(0)!r}")
 
 
