@@ -73,8 +73,34 @@ def test_searching_is_valid():
 def test_direction_with_the_wrong_temple_is_premature_with_a_visible_hint():
   j = V.judge(ctx(tool_call_text("direction", origin=A, waypoints=[B], destination=C_BJ)))
   assert not j.is_valid and j.error_types == ("premature_direction",)
-  assert j.suggest_next == "Search 'Yixing Temple' again with region Taipei before calling direction."
-  assert C_TP not in j.suggest_next + j.diagnosis  # the feedback never carries the hidden coordinate
+  assert j.visible_suggest_next == "Search 'Yixing Temple' again with region Taipei before calling direction."
+  assert C_TP not in j.visible_suggest_next + j.diagnosis  # the feedback never carries the hidden coordinate
+  assert j.feedback_suggestion == j.visible_suggest_next
+  # The paper's suggest_next is built from the evidence: with no city there, the hidden coordinate itself ...
+  assert j.suggest_next == f"Search 'Yixing Temple' again (it lies at {C_TP}) before calling direction."
+  # ... and with the reference stops' cities, the city the temple really lies in, even one no result shows.
+  ref = [{"name": n, "city": c, "location": loc}
+         for n, c, loc in zip(EVIDENCE["places"], ("Taipei", "Taipei", "New Taipei"), EVIDENCE["route"])]
+  j = V.judge(ctx(tool_call_text("direction", origin=A, waypoints=[B], destination=C_BJ),
+                  evidence={"order": 4, "ref": ref, "groundtruth": {"origin": A, "waypoints": [B], "destination": C_TP}}))
+  assert j.error_types == ("premature_direction",)
+  assert j.suggest_next == "Search 'Yixing Temple' again with region New Taipei before calling direction."
+  assert j.visible_suggest_next == "Search 'Yixing Temple' again with region Taipei before calling direction."
+
+
+def test_suggest_next_from_the_evidence_names_the_reference_route():
+  """A direction call over shown coordinates in the wrong order: the visible hint asks for the user's
+  order, the paper's names the reference route; other rules give both the same hint."""
+  c_tp = _result("Yixing Temple", "Taipei", C_TP)
+  history = SEARCHED[:4] + (c_tp,)
+  j = V.judge(ctx(tool_call_text("direction", origin=B, waypoints=[A], destination=C_TP), history=history))
+  assert j.error_types == ("wrong_critical_call",)
+  assert j.visible_suggest_next == "Keep the visiting order the user asked for when calling direction."
+  assert j.suggest_next == (f"Call direction through 'Dajin Park' at {A}; 'Lihui Park' at {B}; "
+                            f"'Yixing Temple' at {C_TP} in this order.")
+  j = V.judge(ctx(tool_call_text("direction", origin=A, waypoints=[B], destination="1.0,2.0"), history=history))
+  assert j.error_types[0] == "fabricated_coordinates"
+  assert j.suggest_next == j.visible_suggest_next == "Use only coordinates returned by earlier tool calls."
 
 
 def test_fabricated_coordinates():

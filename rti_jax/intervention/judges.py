@@ -61,13 +61,27 @@ class StepContext:
 
 @dataclasses.dataclass(frozen=True)
 class ValidatorJudgement:
-  """``{is_valid, error_types, diagnosis, suggest_next}`` (Validator output)."""
+  """``{is_valid, error_types, diagnosis, suggest_next}`` (Validator output).
+
+  suggest_next: the direction of repair, built from the reward-side evidence l as the paper's
+    Validator builds it (it may name privileged values: the right city of a stop, a line id, the
+    fix); the paper's Corrector reads it together with l and must conceal both.
+  visible_suggest_next: the same direction restricted to what the conversation shows (the rule
+    Validators write both), for the feedback-only Corrector; None when the Validator wrote only
+    one suggestion (an LLM Validator), which is then used as it is (``feedback_suggestion``).
+  """
 
   is_valid: bool
   error_types: tuple[str, ...] = ()
   diagnosis: str = ""
   suggest_next: str = ""
   malformed: bool = False
+  visible_suggest_next: str | None = None
+
+  @property
+  def feedback_suggestion(self) -> str:
+    """The suggestion the feedback-only Corrector is shown (visible-only where the Validator wrote one)."""
+    return self.suggest_next if self.visible_suggest_next is None else self.visible_suggest_next
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,8 +16,10 @@ Validator (reward-oriented, Sec. 4.1: flags only derailing steps), on the draft 
     direction call is scored);
   * ``premature_answer``: a final answer (no calls) before any direction call that
     matches the route (ends the episode with reward 0).
-  Its ``suggest_next`` names only things visible to the policy (place names of the
-  user query, cities shown in tool results).
+  Its ``suggest_next`` is built from the evidence, as the paper's: the stops to search again
+  with their reference city (else their reference coordinate), or the reference route; its
+  ``visible_suggest_next`` (the feedback-only Corrector's) names only things visible to the
+  policy (place names of the user query, cities shown in tool results).
 
 Verifier (integrity, App. A.1.2), on the correction u~_k; rejects:
   * ``leak``: wording that refers to a hidden reference, supervisor or feedback;
@@ -57,6 +59,7 @@ from rti_jax.envs.navigation.world import parse_location, without_label
 from rti_jax.envs.tool_calls import ToolCall, parse_assistant_turn
 from rti_jax.intervention.judges import StepContext, ValidatorJudgement, VerifierJudgement
 from rti_jax.intervention.leaks import LeakScanner, coordinate_pairs, leaves, numbers_in
+from rti_jax.intervention.navigation_suggestions import evidence_hint, route_hint
 from rti_jax.intervention.privileged import navigation_privileged
 from rti_jax.policy.check_line import CHECK_PREFIX
 
@@ -331,38 +334,37 @@ class NavigationRuleValidator:
     seen_text = visible_text(ctx)
     seen = coords_in(seen_text)
     history = past_calls(ctx.history)
-    errors: list[tuple[str, str, str]] = []  # (type, diagnosis, suggestion)
+    errors: list[tuple[str, str, str, str]] = []  # (type, diagnosis, visible suggestion, suggestion from l)
 
     for call in turn.tool_calls:
       raw = direction_stops(call) if call.name == "direction" else (
         [call.arguments.get("location")] if call.name == "around_search" else [])
       fabricated = [r for r in raw if coord_key(r) is not None and coord_key(r) not in seen]
       if fabricated:
-        errors.append((
-          "fabricated_coordinates",
-          f"{call.name} uses coordinates {fabricated} that no tool result has shown.",
-          "Use only coordinates returned by earlier tool calls.",
-        ))
+        hint = "Use only coordinates returned by earlier tool calls."
+        errors.append(("fabricated_coordinates", f"{call.name} uses coordinates {fabricated} that no tool result has shown.",
+                       hint, hint))
 
     seen_keys = {_call_key(c) for c in turn.tool_calls}
     if len(seen_keys) < len(turn.tool_calls) and any(c.name == "poi_search" for c in turn.tool_calls):
       counts = collections.Counter(_call_key(c) for c in turn.tool_calls if c.name == "poi_search")
       if any(v > 1 for v in counts.values()):
         errors.append(("redundant_search", "The turn repeats an identical poi_search call.",
-                       "Search each place once per turn."))
+                       "Search each place once per turn.", "Search each place once per turn."))
 
     failed = {_call_key(p.call) for p in history if p.result and is_failed_result(p.result)}
     repeats = [c for c in turn.tool_calls if _call_key(c) in failed]
     if repeats:
+      hint = "Change the arguments (another name form, or a region) instead of repeating a failed call."
       errors.append(("stubborn_repeat", f"{repeats[0].name} is repeated with the same arguments that already failed.",
-                     "Change the arguments (another name form, or a region) instead of repeating a failed call."))
+                     hint, hint))
 
     directions = [c for c in turn.tool_calls if c.name == "direction"]
     missing = [i for i, s in enumerate(ev.stops) if s not in seen]
     if directions and missing:
       errors.append(("premature_direction",
                      f"direction is called but {len(missing)} stop(s) of the request have no matching search result yet.",
-                     self._search_hint(ev, missing, seen_text)))
+                     self._search_hint(ev, missing, seen_text), evidence_hint(ctx.evidence, ev, missing)))
     elif directions:
       last = directions[-1]
       keys = [coord_key(r) for r in direction_stops(last)]
@@ -371,12 +373,14 @@ class NavigationRuleValidator:
         names = [n for n in (_field_of(seen_text, k, "name") for k in wrong) if n]
         if names:
           hint = self._region_hint(ev, names, seen_text, wrong)
+          truth = evidence_hint(ctx.evidence, ev, [i for i, s in enumerate(ev.stops) if s not in set(keys)])
         elif len(keys) != len(ev.stops):
-          hint = "Include every place the user asked for, each once, before calling direction."
+          hint, truth = "Include every place the user asked for, each once, before calling direction.", route_hint(ev)
         else:
-          hint = "Keep the visiting order the user asked for when calling direction."
+          hint, truth = "Keep the visiting order the user asked for when calling direction.", route_hint(ev)
         errors.append(("wrong_critical_call",
-                       "The direction call's stops do not form the requested route (wrong place, count or order).", hint))
+                       "The direction call's stops do not form the requested route (wrong place, count or order).", hint,
+                       truth))
 
     if not turn.tool_calls and not turn.errors:
       done = any(
@@ -388,7 +392,8 @@ class NavigationRuleValidator:
       if not done:
         hint = self._search_hint(ev, missing, seen_text) if missing else (
           "Call direction with the coordinates of all places in the requested order.")
-        errors.append(("premature_answer", "The reply ends the task before a correct route has been planned.", hint))
+        truth = evidence_hint(ctx.evidence, ev, missing) if missing else route_hint(ev)
+        errors.append(("premature_answer", "The reply ends the task before a correct route has been planned.", hint, truth))
 
     if not errors:
       return ValidatorJudgement(is_valid=True, diagnosis="No hard rule is violated.")
@@ -396,7 +401,8 @@ class NavigationRuleValidator:
       is_valid=False,
       error_types=tuple(e[0] for e in errors),
       diagnosis=" ".join(e[1] for e in errors),
-      suggest_next=errors[0][2],
+      suggest_next=errors[0][3],
+      visible_suggest_next=errors[0][2],
     )
 
   @classmethod
