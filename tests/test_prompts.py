@@ -3,6 +3,7 @@ App. A.1 text), the placeholders the code fills in, and complete rendering throu
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import string
 from importlib import resources
@@ -17,6 +18,7 @@ from rti_jax.intervention.judges import (
   corrector_prompt,
   feedback_message,
   load_template,
+  paper_correction_message,
   validator_prompt,
   verifier_prompt,
 )
@@ -30,6 +32,7 @@ PROMPT_FILES = sorted(p.name for p in PROMPT_DIR.iterdir() if p.name.endswith(".
 # The placeholders each template holds: exactly the keys that judges.py passes to it.
 PLACEHOLDERS = {
   "correction_feedback": {"diagnosis", "suggest_next"},
+  "paper_correction": {"draft", "diagnosis", "suggest_next", "evidence", "domain_rule"},
   "navigation_validator": {"history_json", "response_text", "order", "ref", "gt"},
   "navigation_corrector": {"history", "tools", "original_response", "feedback_json", "order", "ref", "gt"},
   "navigation_verifier": {"user_prompt", "tools", "history", "original", "corrected"},
@@ -143,7 +146,9 @@ def test_prompts_render_every_field_the_code_passes(domain):
 def test_rendered_prompts_share_no_long_run_of_words_with_the_paper(domain, paper_words):
   """With every field empty, the text around each placeholder joins up; it must stay our own too."""
   ctx = StepContext("", (), "", (), {}, domain)
-  for p in (validator_prompt(ctx), corrector_prompt(ctx, ValidatorJudgement(False)), verifier_prompt(ctx, "")):
+  blank = ValidatorJudgement(False)
+  for p in (validator_prompt(ctx), corrector_prompt(ctx, blank), verifier_prompt(ctx, ""),
+            paper_correction_message(ctx, blank)):
     n, run = longest_shared_run(words(p), paper_words)
     assert n <= MAX_SHARED_RUN, f"{domain}: {n} consecutive words shared with the paper: {run!r}"
 
@@ -151,3 +156,25 @@ def test_rendered_prompts_share_no_long_run_of_words_with_the_paper(domain, pape
 def test_feedback_message_fills_both_fields():
   text = feedback_message(JUDGEMENT)
   assert "DIAG-SENTINEL" in text and "NEXT-SENTINEL" in text and "$" not in text
+  # A rule Validator's visible-only suggestion replaces the one built from the evidence.
+  text = feedback_message(ValidatorJudgement(False, (), "DIAG-SENTINEL", "NEXT-SENTINEL", visible_suggest_next="SEEN-SENTINEL"))
+  assert "SEEN-SENTINEL" in text and "NEXT-SENTINEL" not in text
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_paper_correction_message_holds_the_correctors_inputs(domain):
+  """App. A.1's Corrector inputs beyond p_roll: the draft, the diagnosis, the suggestion built from the
+  evidence (not the visible-only one), the evidence itself and, per tau2 domain, its rule."""
+  ctx = _contexts()[domain]
+  judgement = dataclasses.replace(JUDGEMENT, visible_suggest_next="SEEN-SENTINEL")
+  text = paper_correction_message(ctx, judgement)
+  assert not re.search(r"\$\{?[A-Za-z_]", text), text
+  expected = {"DRAFT-SENTINEL", "DIAG-SENTINEL", "NEXT-SENTINEL"}
+  if domain == "navigation":
+    expected |= NAV_REFERENCE
+  else:
+    expected |= TAU2_REFERENCE | {"CRITERIA-SENTINEL"}
+  if domain == "telecom":
+    expected |= {"USER-SIDE-SENTINEL", "AGENT-SIDE-SENTINEL"}
+  assert {s for s in expected if s not in text} == set()
+  assert "SEEN-SENTINEL" not in text

@@ -29,8 +29,8 @@ import numpy as np
 from rti_jax.envs.tool_calls import MAX_JSON_DEPTH, json_nesting_depths, loads_json, strip_reasoning
 from rti_jax.generation.base import GenerationBackend, SamplingParams
 from rti_jax.intervention.prompting import (DOMAINS, _as_str, _check_domain, corrector_prompt, feedback_message,  # noqa: F401
-                                            history_json, load_template, render, tools_json, validator_prompt,
-                                            verifier_prompt)
+                                            history_json, load_template, paper_correction_message, render,
+                                            tools_json, validator_prompt, verifier_prompt)
 
 Message = dict[str, Any]
 

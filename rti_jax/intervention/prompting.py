@@ -1,6 +1,7 @@
 """The LLM roles' prompts: the templates in ``prompts/`` (the inputs, rules and JSON output of
-App. A.1, in the project's own words) rendered for one step (``StepContext``), and the feedback
-message of the correction prompt p_cal."""
+App. A.1, in the project's own words) rendered for one step (``StepContext``), and the correction
+messages that turn the rollout prompt p_roll into the correction prompt p_cal (``correction_message``:
+the feedback-only one, or the paper Corrector's)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def _domain_block(domain: str, role: str, evidence: dict[str, Any]) -> str:
   if domain == "navigation":
     return ""
   text = load_template(f"tau2_domain_{domain}").template
-  sections = dict(re.findall(r"### (\w+)\n(.*?)(?=\n### |\Z)", text, re.DOTALL))
+  sections = dict(re.findall(r"^### (\w+)\n(.*?)(?=^### |\Z)", text, re.DOTALL | re.MULTILINE))
   block = sections.get(role, "").strip()
   return string.Template(block).safe_substitute(
     user_side_tools=json.dumps(list(evidence.get("user_side_tools", [])), ensure_ascii=False),
@@ -135,8 +136,58 @@ def verifier_prompt(ctx: StepContext, corrected: str) -> str:
 
 
 def feedback_message(judgement: ValidatorJudgement) -> str:
-  """The validator feedback that turns the rollout prompt into the correction prompt p_cal."""
-  return render("correction_feedback", diagnosis=judgement.diagnosis or "-", suggest_next=judgement.suggest_next or "-")
+  """The feedback-only correction message: the Validator's diagnosis and its visible-only
+  suggestion (``ValidatorJudgement.feedback_suggestion``), no evidence."""
+  return render("correction_feedback", diagnosis=judgement.diagnosis or "-",
+                suggest_next=judgement.feedback_suggestion or "-")
+
+
+def _correction_evidence(ctx: StepContext) -> str:
+  """The reward-side evidence l as the paper's Corrector reads it (App. A.1): Navigation's
+  reference stops, order level and reference call; tau2's required actions and criteria."""
+  ev = ctx.evidence
+  if ctx.domain == "navigation":
+    notes = {"stops": ev.get("ref", ev.get("places", [])), "order_level": ev.get("order_level", ev.get("order", "")),
+             "route": ev.get("groundtruth", ev.get("route", ev.get("gt", "")))}
+    if "order_rule" in ev:
+      notes["order_rule"] = ev["order_rule"]
+    return json.dumps(notes, ensure_ascii=False, indent=1, default=str)
+  _check_domain(ctx.domain)
+  return json.dumps({"goal": ev.get("completion_note", ""), "agent_actions": ev.get("agent_actions", []),
+                     "user_actions": ev.get("user_actions", []),
+                     "evaluation_criteria": ev.get("evaluation_criteria", {})}, ensure_ascii=False, indent=1, default=str)
+
+
+def paper_correction_message(ctx: StepContext, judgement: ValidatorJudgement) -> str:
+  """The paper's correction message (App. A.1 Corrector): the draft u^_k, the Validator's
+  diagnosis and ``suggest_next`` (built from l), the evidence l and the rule to conceal it.
+
+  It is appended to the rollout prompt as one user message (``ChatFormatter.with_extra_user_message``),
+  so the correction prompt p_cal holds the observable history and the tool schemas as the policy
+  sees them in p_roll, and the policy answers in its own turn format (Eq. 5 scores u~_k there).
+  """
+  return render(
+    "paper_correction",
+    draft=ctx.draft or "-",
+    diagnosis=judgement.diagnosis or "-",
+    suggest_next=judgement.suggest_next or "-",
+    evidence=_correction_evidence(ctx),
+    domain_rule=_domain_block(ctx.domain, "policy_corrector", ctx.evidence),
+  )
+
+
+#: The Corrector variants (``InterventionConfig.corrector``) and the correction message each appends to p_roll.
+CORRECTORS = ("feedback", "paper")
+
+
+def correction_message(kind: str, ctx: StepContext, judgement: ValidatorJudgement) -> str:
+  """The user message that turns the rollout prompt p_roll into the correction prompt p_cal:
+  ``feedback`` (diagnosis and visible-only suggestion) or ``paper`` (App. A.1's Corrector inputs)."""
+  if kind == "feedback":
+    return feedback_message(judgement)
+  if kind == "paper":
+    return paper_correction_message(ctx, judgement)
+  raise ValueError(f"corrector: expected one of {CORRECTORS}, got {kind!r}")
 
 
 def _check_domain(domain: str) -> None:
