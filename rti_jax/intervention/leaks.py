@@ -6,17 +6,19 @@ every value the visible conversation already shows. Both sides go through the sa
 normalisation, so a value counts as shown, or as leaked, in any of its spellings:
 
   * strings (names, cities, ids, phone numbers, e-mails, card digits, street addresses,
-    dates) are compared as *folded token runs*: the text is NFKD-normalised, accents and
-    case dropped, and cut into tokens at every separator, at letter/digit changes and at
+    dates) are compared as *folded token runs*: the text is NFKD-normalised, accents,
+    Cyrillic / Greek look-alike letters and case folded, and cut into tokens at every separator, at letter/digit changes and at
     lower-to-upper case changes (``"L-1002"``, ``"l 1002"``, ``"L1002"`` all give ``l``,
-    ``1002``); a value is found where consecutive tokens concatenate to its folded form
+    ``1002``; an ordinal's suffix is dropped: ``15th`` is ``15``); a value is found where consecutive tokens concatenate to its folded form
     (``"JOHN smith"``, ``"john_smith"`` and ``"JohnSmith"`` all hold ``johnsmith``), never
     inside a longer token (``Xian`` is not found in ``Xiangshan``);
   * numbers are compared as exact decimals, read as the tools read them (``Decimal`` /
     ``float`` syntax: a ``+`` sign, an exponent, ``_`` between digits, any script's digits)
     or written in English words (``fifteen point one``, ``one two three five``); a number
     written with two or more decimals also matches a privileged number it rounds or
-    truncates (``121.54`` for ``121.5409``) unless it equally matches a shown one.
+    truncates (``121.54`` for ``121.5409``), and an angle in degrees and minutes
+    (``121°32'27"``) one it is within a second (a minute) of, unless it equally matches a
+    shown one.
 
 Only *distinctive* numbers are checked without a unit (a fractional part, or at least four
 digits): a bare ``2`` or ``40`` is too common to call a leak (the Telecom Verifier checks
@@ -26,6 +28,7 @@ raises on any text or JSON value.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
 import unicodedata
@@ -47,6 +50,7 @@ _TOKEN_RE = re.compile(r"[^\W\d_]+|\d+")
 _CAMEL_RE = re.compile(r"(?<=[a-z])(?=[A-Z])")
 _NUMBER_RE = re.compile(r"\d+(?:_\d+)*(?:\.(?:\d+(?:_\d+)*)?)?(?:[eE][-+]?\d{1,9})?")
 _WORD_RE = re.compile(r"[a-z]+")
+_ORDINALS = frozenset({"st", "nd", "rd", "th"})
 _GAP_RE = re.compile(r"[\s-]*")
 
 _DIGIT_WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine".split())}
@@ -60,14 +64,20 @@ _NUMBER_WORDS = frozenset(_DIGIT_WORDS) | frozenset(_TEEN_WORDS) | frozenset(_TE
 # --------------------------------------------------------------------------- normalisation
 
 
+#: Cyrillic and Greek letters that look like Latin ones ("Тaipei" with a Cyrillic T)
+_LOOKALIKES = str.maketrans(
+  "аеорсухіјѕԁԛԝкмнтвАВЕКМНОРСТУХІЈЅαοριυνκτΑΒΕΖΗΙΚΜΝΟΡΤΥΧ",
+  "aeopcyxijsdqwkmhtbABEKMHOPCTYXIJSaopiuvktABEZHIKMNOPTYX")
+
+
 def plain(text: Any) -> str:
-  """``text`` as NFKD without combining marks (``"Taipéi"`` -> ``"Taipei"``, full-width digits
-  -> ASCII); a non-string is ``str()``-ed first."""
+  """``text`` as NFKD without combining marks, Cyrillic and Greek look-alikes as Latin letters
+  (``"Taipéi"`` -> ``"Taipei"``, full-width digits -> ASCII); a non-string is ``str()``-ed first."""
   s = text if isinstance(text, str) else str(text)
   s = unicodedata.normalize("NFKD", s)
   if s.isascii():
     return s
-  return "".join(ch for ch in s if not unicodedata.combining(ch))
+  return "".join(ch for ch in s if not unicodedata.combining(ch)).translate(_LOOKALIKES)
 
 
 def tokens(text: Any) -> list[tuple[str, int, int]]:
@@ -76,6 +86,8 @@ def tokens(text: Any) -> list[tuple[str, int, int]]:
   out = []
   for m in _TOKEN_RE.finditer(s):
     piece, base = m.group(0), m.start()
+    if out and out[-1][2] == base and out[-1][0].isdigit() and piece.lower() in _ORDINALS:
+      continue  # "15th" is 15
     if piece.islower() or piece.isupper() or piece[1:].islower() or piece[0].isdigit():  # no case change inside
       word = piece.casefold()
       out.append((ABBREVIATIONS.get(word, word), base, m.end()))
@@ -351,6 +363,22 @@ class Leak:
     return f"{self.label} as {self.written.strip()!r}"
 
 
+_DMS_RE = re.compile(
+  r"(\d{1,3})\s*(?:°|˚|o(?=\s*\d)|deg(?:rees?)?\b)\s*(\d{1,2}(?:\.\d{1,6})?)\s*(?:'|′|’|min(?:utes?)?\b)"
+  r"(?:\s*(\d{1,2}(?:\.\d{1,6})?)\s*(?:\"|″|′′|''|”|sec(?:onds?)?\b))?", re.IGNORECASE)
+
+
+def angles_in(text: Any) -> list[tuple[float, float, str]]:
+  """``(degrees, tolerance, as written)`` of every angle written in degrees and minutes, with or
+  without seconds (``121°32'27"``: 121.5408, within a second; ``121 deg 32.45 min``)."""
+  out = []
+  for m in _DMS_RE.finditer(plain(text)):
+    minutes, seconds = float(m.group(2)), float(m.group(3)) if m.group(3) else None
+    value = int(m.group(1)) + minutes / 60 + (seconds or 0.0) / 3600
+    out.append((value, 1 / 3600 if seconds is not None else 1 / 60, m.group(0)))
+  return out
+
+
 class LeakScanner:
   """Searches texts and JSON values for privileged values (``Privileged.minus_visible``).
 
@@ -368,12 +396,27 @@ class LeakScanner:
         self._rounded.setdefault(r, label)
     shown = {abs(v).normalize() for v in visible_numbers}
     self._shown = shown | {r for v in shown for r in roundings(v)}
+    self._shown_floats = sorted(float(v) for v in shown)
+    self._angles = [(float(n), label) for n, label in privileged.numbers.items() if n != n.to_integral_value()]
 
   def scan_text(self, text: Any) -> list[Leak]:
     out = [Leak(self.privileged.strings[k], written) for k, written in self._matcher.find(text).items()]
     for value, written in numbers_in(text):
       out.extend(self._number(value, written))
+    if self._angles:
+      for value, tolerance, written in angles_in(text):
+        out.extend(self._angle(value, tolerance, written))
     return out
+
+  def _angle(self, value: float, tolerance: float, written: str) -> list[Leak]:
+    """A privileged number within ``tolerance`` of an angle, unless a shown number is as close."""
+    near = [label for n, label in self._angles if abs(n - value) <= tolerance]
+    if not near:
+      return []
+    at = bisect.bisect_left(self._shown_floats, value - tolerance)
+    if at < len(self._shown_floats) and self._shown_floats[at] <= value + tolerance:
+      return []
+    return [Leak(near[0] + " (in degrees and minutes)", written)]
 
   def _number(self, value: Decimal, written: str) -> list[Leak]:
     v = abs(value)

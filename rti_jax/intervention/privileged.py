@@ -11,7 +11,8 @@ known values:
   and the carrier's backend records, which only the agent's lookups show): person names,
   backend ids (``C1001``, also as ``customer 1001``), phone numbers (digits, with or without the
   country code), e-mail addresses (also as ``x at y dot com``), card digits, street addresses
-  (with and without the house number), cities, zip codes, dates of birth, IMEIs, figures with a
+  (with and without the house number), cities, zip codes, dates of birth (in the usual orders,
+  with the month by number or by name), IMEIs, figures with a
   fractional part or four or more digits (usage, amounts), and the capitalised names of the
   free-text fields (``known_info``, ``ticket``: ``France``, ``United States``).
 """
@@ -109,6 +110,23 @@ def _add_person(out: Privileged, text: str) -> None:
       out.add_string(word, f"the name {word!r}")
 
 
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december")
+
+
+def _add_date_forms(out: Privileged, date: str, label: str) -> None:
+  """A YYYY-MM-DD date also as month/day/year, day/month/year (padded or not) and with the month's
+  name ("June 15, 1985", "15 Jun 1985")."""
+  year, month, day = date.split("-")
+  if not (month.isdigit() and day.isdigit() and 1 <= int(month) <= 12):
+    return
+  name = _MONTHS[int(month) - 1]
+  for m in {month, str(int(month)), name, name[:3]}:
+    for d in {day, str(int(day))}:
+      out.add_string(f"{m} {d} {year}", label)
+      out.add_string(f"{d} {m} {year}", label)
+
+
 def _add_prose(out: Privileged, key: str | None, text: str) -> None:
   """Values written inside a free-text field."""
   rest = text
@@ -144,6 +162,8 @@ def add_telecom_values(out: Privileged, obj: Any) -> Privileged:
     s = plain(leaf).strip()
     if key in _DIGIT_KEYS:
       out.add_string(s, f"{_DIGIT_KEYS[key]} {s!r}")
+      if _DATE_SHAPE.fullmatch(s) is not None:
+        _add_date_forms(out, s[:10], f"{_DIGIT_KEYS[key]} {s!r}")
       if digits := _digits(s)[:30]:  # also read as one number ("one two three five")
         out.add_number(number_of(int(digits)), f"{_DIGIT_KEYS[key]} {s!r}")
     elif _DATE_SHAPE.fullmatch(s):  # record dates (activation, billing periods): not personal values
