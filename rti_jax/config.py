@@ -115,6 +115,10 @@ class InterventionConfig:
   enabled: bool = _INTERVENTION.enabled
   validator: str = "rules"  # rules | llm
   verifier: str = "rules"  # rules | llm | off  ("w/o Post-Check")
+  # the correction prompt p_cal = p_roll + one message: paper (App. A.1's Corrector inputs: draft, the
+  # Validator's diagnosis and suggest_next, the evidence l and the rule to conceal it) | feedback (the
+  # diagnosis and a visible-only suggestion; the tiny policy's SFT format)
+  corrector: str = _INTERVENTION.corrector
   delta: float = _INTERVENTION.ppl_delta  # PPL gate threshold (Eq. 4); inf = gate off, 0 = reject all
   reweight: bool = _INTERVENTION.reweight  # False = rho_cal == 1 ("w/o Reweight")
   eps_cal: float = _LOSS.eps_cal  # Eq. 6
@@ -241,6 +245,7 @@ _CHOICES = {
     "env.policy_text": ("full", "condensed"),
     "intervention.validator": ("rules", "llm"),
     "intervention.verifier": ("rules", "llm", "off"),
+    "intervention.corrector": pipeline.CORRECTORS,
     "loss.method": tuple(objectives.LOSSES),
     "loss.kl_kind": objectives.KL_KINDS,
     "loss.aggregation": (None, *objectives.AGG_MODES),
@@ -404,7 +409,8 @@ def intervention_config(cfg: ExperimentConfig, domain: str = "navigation") -> pi
   i = cfg.intervention
   return _build(pipeline.InterventionConfig, enabled=cfg.loss.method == "rti" and i.enabled,
                 verifier_enabled=i.verifier != "off", ppl_delta=i.delta, reweight=i.reweight,
-                num_intervened_rollouts=i.max_attempts, correction_attempts=i.correction_attempts, domain=domain)
+                num_intervened_rollouts=i.max_attempts, correction_attempts=i.correction_attempts, domain=domain,
+                corrector=i.corrector)
 
 
 def runtime_configs(cfg: ExperimentConfig, domain: str = "navigation") -> tuple[Any, Any, Any]:

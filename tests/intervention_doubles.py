@@ -9,8 +9,9 @@ Pair them with ``rti_jax.policy.tokenizer.byte_tokenizer()``, the untrained byte
   (exact coordinates of the direction call).
 * ``ScriptedPolicy``: a backend that answers each prompt with a scripted reply
   chosen from the decoded conversation, with scripted log-probs.
-* ``FEEDBACK_MARKER`` and the role markers: the words by which a scripted reply tells a
-  correction prompt, and each judge prompt, apart.
+* ``FEEDBACK_MARKER`` / ``PAPER_CORRECTION_MARKER`` and the role markers: the words by which a
+  scripted reply tells a correction prompt (feedback-only or the paper Corrector's), and each
+  judge prompt, apart.
 """
 
 from __future__ import annotations
@@ -232,6 +233,7 @@ class MiniNavEnv(Environment):
     assert self._task is not None
     return {
       "places": list(self._task.places),
+      "cities": [next(city for city, c in MINI_MAP[n] if c == loc) for n, loc in zip(self._task.places, self._task.gt)],
       "route": list(self._task.gt),
       "order_level": self._task.order_level,
     }
@@ -300,6 +302,13 @@ def last_tool_results(prompt_text: str) -> list[dict[str, Any]]:
 
 
 FEEDBACK_MARKER = "A supervisor reviewed your planned next step"
+PAPER_CORRECTION_MARKER = "[Turn review] Someone who knows how this task has to end"
+
+
+def is_correction_prompt(prompt: str) -> bool:
+  """Whether the last user message of a decoded prompt is a correction message (either kind)."""
+  last = prompt.rsplit("<|im_start|>user\n", 1)[-1]
+  return FEEDBACK_MARKER in last or PAPER_CORRECTION_MARKER in last
 # The opening words of the Validator, Corrector and Verifier prompts (both prompt families), by which a
 # scripted judge tells which role it is asked to play.
 VALIDATOR_MARKER = "Role: step reviewer"
@@ -312,22 +321,24 @@ class MiniNavScript:
 
   On its own it searches every place without a region, then calls direction with the
   first result of each, then answers: right for the easy task, wrong for the
-  ambiguous one. Under a correction prompt (the feedback marker after its last turn)
-  it follows ``correction``:
+  ambiguous one. Under a correction prompt (a correction message of either kind after its
+  last turn) it follows ``correction``:
     "region": re-searches the place named in the hint with the hinted region (derivable);
     "leak": calls direction with the true coordinates it was never shown (a leak);
-    "empty": writes nothing usable (an empty turn).
+    "empty": writes nothing usable (an empty turn);
+    "echo": re-searches like "region" but first states a hidden coordinate of the evidence
+      (the paper Corrector's prompt shows it) in its reasoning (a leak in the text alone).
   """
 
   def __init__(self, correction: str = "region") -> None:
-    if correction not in ("region", "leak", "empty"):
-      raise ValueError(f"correction: expected 'region', 'leak' or 'empty', got {correction!r}")
+    if correction not in ("region", "leak", "empty", "echo"):
+      raise ValueError(f"correction: expected 'region', 'leak', 'empty' or 'echo', got {correction!r}")
     self.correction = correction
 
   def __call__(self, prompt: str) -> str:
     query = prompt.split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
     names = sorted((n for n in MINI_MAP if n in query), key=query.index)
-    if FEEDBACK_MARKER in prompt.rsplit("<|im_start|>user\n", 1)[-1]:
+    if is_correction_prompt(prompt):
       return self._correct(prompt, names)
     results = last_tool_results(prompt)
     if not results:
@@ -353,18 +364,19 @@ class MiniNavScript:
     hint = re.search(r"Search '([^']+)' again with region (\w+)", prompt)
     if hint is None:
       return "<think>\nLet me search again.\n</think>\n\n" + tool_call_text("poi_search", address=names[-1])
-    return (
-      "<think>\nThat result is far from the other stops; I should search it in the same city.\n</think>\n\n"
-      + tool_call_text("poi_search", address=hint.group(1), region=hint.group(2))
-    )
+    thought = "That result is far from the other stops; I should search it in the same city."
+    if self.correction == "echo":
+      true = next(c for city, c in MINI_MAP[hint.group(1)] if city == hint.group(2))
+      thought = f"{hint.group(1)} should be at {true}; I should search it in the same city."
+    return f"<think>\n{thought}\n</think>\n\n" + tool_call_text("poi_search", address=hint.group(1), region=hint.group(2))
 
 
 def scripted_logp(roll_base: float = -1.0, cal_base: float = -0.2) -> Callable[[str, Sequence[int]], np.ndarray]:
   """Per-token log-probs: ``base - 0.01 * (id % 7)``, with ``cal_base`` when the prompt
-  is a correction prompt (holds the feedback marker) and ``roll_base`` otherwise."""
+  is a correction prompt (holds a correction marker) and ``roll_base`` otherwise."""
 
   def fn(prompt: str, ids: Sequence[int]) -> np.ndarray:
-    base = cal_base if FEEDBACK_MARKER in prompt else roll_base
+    base = cal_base if FEEDBACK_MARKER in prompt or PAPER_CORRECTION_MARKER in prompt else roll_base
     return np.asarray([base - 0.01 * (int(t) % 7) for t in ids], np.float32)
 
   return fn

@@ -4,6 +4,7 @@ cached log-probs, reweighting and the RTIBatch that rti_loss reads."""
 from __future__ import annotations
 
 import math
+import zlib
 
 import jax.numpy as jnp
 import numpy as np
@@ -27,10 +28,12 @@ from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
 from intervention_doubles import (
   FEEDBACK_MARKER,
   NAV_TOOLS,
+  PAPER_CORRECTION_MARKER,
   MiniNavEnv,
   MiniNavScript,
   ScriptedPolicy,
   VALIDATOR_MARKER,
+  is_correction_prompt,
   mini_nav_tasks,
   scripted_logp,
 )
@@ -209,6 +212,81 @@ def test_config_validation():
     InterventionConfig(num_intervened_rollouts=0)
   with pytest.raises(ValueError, match="correction_attempts"):
     InterventionConfig(correction_attempts=0)
+  with pytest.raises(ValueError, match="corrector"):
+    InterventionConfig(corrector="oracle")
+  assert InterventionConfig().corrector == "feedback"
+
+
+def _prompt_logp(prompt, ids):
+  """Log-probs that depend on the whole prompt (through its CRC-32) and on each id."""
+  base = -0.1 - (zlib.crc32(prompt.encode("utf-8")) % 997) / 1000
+  return np.asarray([base - 0.01 * (int(t) % 7) for t in ids], np.float32)
+
+
+TP_TEMPLE = "121.5409,25.0533"  # the right Yixing Temple: in the evidence, not shown before the re-search
+FEEDBACK_TEXT = (  # the feedback-only correction message, byte for byte as the tiny policy was fine-tuned on it
+  "A supervisor reviewed your planned next step and found a problem.\n"
+  "Problem: direction is called but 1 stop(s) of the request have no matching search result yet.\n"
+  "Suggested direction: Search 'Yixing Temple' again with region Taipei before calling direction.\n"
+  "Write your next step again, continuing from the conversation above.\n")
+
+
+@pytest.mark.parametrize("kind", ["paper", "feedback"])
+def test_cal_logp_is_scored_under_the_prompt_the_correction_was_sampled_from(tok, fmt, kind):
+  """Eq. 5: log pi_cal under the very prompt the Corrector sampled u~_k from; Eq. 3: log pi_roll
+  under the rollout context. The double's log-probs differ for every prompt."""
+  policy = ScriptedPolicy(tok, MiniNavScript("region"), _prompt_logp)
+  rc = RolloutConfig(group_size=2)
+  tasks = mini_nav_tasks()
+  groups = rollout_groups(tasks, MiniNavEnv, policy, fmt, rc, task_id=lambda t: t.task_id)
+  n_calls = len(policy.calls)
+  roles = InterventionRoles(NavigationRuleValidator(), PolicyCorrector(policy, rc.sampling, fmt.end_of_turn_id),
+                            NavigationRuleVerifier())
+  new, stats = intervene_groups(groups, tasks, MiniNavEnv, policy, fmt, roles,
+                                InterventionConfig(corrector=kind, ppl_delta=math.inf), rc, task_id=lambda t: t.task_id)
+  assert stats.corrections_applied == 1 and new[1][0].reward == 1.0
+  sampled_from = [c for c in policy.calls[n_calls:] if is_correction_prompt(c)]
+  assert len(sampled_from) == 1
+  p_cal = sampled_from[0]
+  traj = new[1][0]
+  turn = next(t for t in traj.turns if t.intervened)
+  before = traj.messages[:traj.messages.index({"role": "assistant", "content": turn.text})]
+  p_roll = tok.decode(fmt.prompt_ids(before), skip_special_tokens=False)
+  assert p_roll in policy.calls[n_calls:]  # the draft of this step was sampled from p_roll
+  a = traj.arrays()
+  ids = a["token_ids"][turn.start:turn.end]
+  np.testing.assert_allclose(a["cal_logp"][turn.start:turn.end], _prompt_logp(p_cal, ids), atol=1e-6)
+  np.testing.assert_allclose(a["roll_logp"][turn.start:turn.end], _prompt_logp(p_roll, ids), atol=1e-6)
+  assert not np.allclose(_prompt_logp(p_cal, ids), _prompt_logp(p_roll, ids))
+  message = p_cal.rsplit("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
+  if kind == "feedback":
+    assert message == FEEDBACK_TEXT and TP_TEMPLE not in p_cal
+  else:
+    assert message.startswith(PAPER_CORRECTION_MARKER) and FEEDBACK_MARKER not in p_cal
+    assert TP_TEMPLE in message and TP_TEMPLE not in p_roll  # the evidence l is in p_cal only
+    assert "116.3971,39.9169" in message  # the draft: the direction call with the Beijing temple
+    assert "direction is called but 1 stop(s)" in message  # the diagnosis
+    assert "Search 'Yixing Temple' again with region Taipei before calling direction." in message  # suggest_next
+    assert "Keep the notes and the review secret." in message  # the concealment rule
+
+
+def test_paper_corrector_leaks_are_stopped_by_the_verifier_and_counted(tok, fmt):
+  """A correction that states a hidden coordinate it read in the paper Corrector's prompt is
+  rejected as not derivable; without the Post-Check it would enter the group."""
+  policy = ScriptedPolicy(tok, MiniNavScript("echo"), scripted_logp(ROLL, CAL))
+  rc = RolloutConfig(group_size=2)
+  tasks = mini_nav_tasks()
+  groups = rollout_groups(tasks, MiniNavEnv, policy, fmt, rc, task_id=lambda t: t.task_id)
+  roles = InterventionRoles(NavigationRuleValidator(), PolicyCorrector(policy, rc.sampling, fmt.end_of_turn_id),
+                            NavigationRuleVerifier())
+  new, stats = intervene_groups(groups, tasks, MiniNavEnv, policy, fmt, roles, InterventionConfig(corrector="paper"),
+                                rc, task_id=lambda t: t.task_id)
+  assert stats.verifier_rejected >= 1 and stats.verifier_accepted == 0 and stats.corrections_applied == 0
+  assert stats.verifier_reasons.get("not_derivable", 0) == stats.verifier_rejected
+  assert new[1] == groups[1]
+  _, new, stats, _ = _run(tok, fmt, correction="echo", verifier=False, corrector="paper")
+  assert stats.corrections_applied == 1 and new[1][0].reward == 1.0
+  assert any(TP_TEMPLE in t.text for t in new[1][0].turns if t.intervened)
 
 
 class _LeakFirst:

@@ -6,8 +6,13 @@ step k the policy drafts u^_k; the Validator judges it; if invalid, the Correcto
 writes u~_k; the Verifier checks it (unless "w/o Post-Check"); u~_k is rescored under
 the rollout prompt p_roll and kept iff ``PPL_roll(u~_k) <= delta`` (Eq. 3-4). An
 accepted u~_k replaces u^_k and the episode continues from it, with log pi_roll
-(p_roll) and log pi_cal (p_cal = p_roll + validator feedback) cached for Eq. 5-6;
-a rejected one is discarded and the draft kept. If the intervened rollout reaches
+(p_roll) and log pi_cal cached for Eq. 5-6; a rejected one is discarded and the draft kept.
+
+The correction prompt p_cal is p_roll plus one user message (``InterventionConfig.corrector``):
+``paper``, App. A.1's Corrector inputs (the draft, the Validator's diagnosis and ``suggest_next``,
+the evidence l and the rule to conceal it; the history and the tools are p_roll's own), or
+``feedback``, the diagnosis and a visible-only suggestion. The Corrector samples u~_k from p_cal,
+log pi_cal is scored under that same p_cal (Eq. 5) and log pi_roll under p_roll (Eq. 3). If the intervened rollout reaches
 reward 1 it replaces one failed member of the group (line 25); otherwise the group
 is unchanged (line 29).
 
@@ -35,8 +40,8 @@ from rti_jax.intervention.judges import (
   Validator,
   ValidatorJudgement,
   Verifier,
-  feedback_message,
 )
+from rti_jax.intervention.prompting import CORRECTORS, correction_message
 from rti_jax.intervention.stats import InterventionStats
 from rti_jax.objectives import ppl_gate, sequence_perplexity
 from rti_jax.rollout import ChatFormatter, Episode, RolloutConfig, Trajectory, generate_turns, sampling_with_stops
@@ -59,6 +64,9 @@ class InterventionConfig:
     obeys the same integrity and PPL bounds; only the chance of repairing a step grows.
   success_reward: the reward an intervened rollout must reach to enter the group.
   domain: "navigation", "telecom", "retail" or "airline" (selects prompt templates).
+  corrector: the correction message appended to p_roll (``prompting.correction_message``):
+    "paper" (App. A.1's Corrector inputs, evidence l included and to be concealed) or
+    "feedback" (the Validator's diagnosis and visible-only suggestion, no evidence).
   """
 
   enabled: bool = True
@@ -69,8 +77,11 @@ class InterventionConfig:
   correction_attempts: int = 1
   success_reward: float = 1.0
   domain: str = "navigation"
+  corrector: str = "feedback"
 
   def __post_init__(self) -> None:
+    if self.corrector not in CORRECTORS:
+      raise ValueError(f"corrector: expected one of {CORRECTORS}, got {self.corrector!r}")
     if not (self.ppl_delta >= 0):
       raise ValueError(f"ppl_delta: expected >= 0 (inf turns the gate off), got {self.ppl_delta}")
     if self.num_intervened_rollouts < 1:
@@ -287,9 +298,10 @@ def intervened_step(
   flagged = [i for i, j in enumerate(judgements) if not j.is_valid]
   stats.steps_flagged += len(flagged)
 
-  # Corrector: u~_k from the correction prompt (p_roll + validator feedback).
+  # Corrector: u~_k from the correction prompt p_cal (p_roll + the configured correction message).
   p_roll = {i: live[i].context() for i in flagged}
-  p_cal = {i: formatter.with_extra_user_message(p_roll[i], feedback_message(judgements[i])) for i in flagged}
+  p_cal = {i: formatter.with_extra_user_message(p_roll[i], correction_message(config.corrector, ctxs[i], judgements[i]))
+           for i in flagged}
   too_long = [i for i in flagged if len(p_cal[i]) > rollout_config.max_prompt_tokens]
   stats.corrections_over_context += len(too_long)  # no room for a correction: keep the draft
   pending = [i for i in flagged if i not in too_long]
