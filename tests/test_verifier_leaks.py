@@ -347,7 +347,7 @@ def _respelled(draw, value: str, how: str) -> str:
     return "".join(c + draw(st.sampled_from(["", "", " ", "-", "."])) for c in digits[:-1]) + digits[-1]
   if "@" in value and draw(st.booleans()):
     return draw(respelled_text(value.replace("@", " at ").replace(".", " dot ")))
-  if value[0].isalpha() and value[-1].isdigit() and draw(st.booleans()):
+  if re.fullmatch(r"L[0-9]+", value) and draw(st.booleans()):
     return "line " + value[1:]
   return draw(respelled_text(value))
 
@@ -401,8 +401,10 @@ def test_telecom_accepts_every_respelling_of_a_shown_value(looked_up, data):
 
 
 def test_telecom_usage_is_privileged_until_looked_up(phone_given, looked_up):
-  text = f"Your usage is fifteen point one gigabytes. {ASK}"
-  assert TEL.judge(phone_given, text).reasons == ("leaked_value",)
+  for usage in ("fifteen point one gigabytes", "15100 MB", "15,462.4 megabytes"):
+    text = f"Your usage is {usage}. {ASK}"
+    assert "leaked_value" in TEL.judge(phone_given, text).reasons, usage
+    assert any(leak.label.startswith("the figure 15.1") for leak in TEL.privileged_leaks(phone_given, text)), usage
   used = float(re.search(r'"data_used_gb":\s*([0-9.]+)', looked_up.history[-1]["content"]).group(1))
   assert TEL.privileged_leaks(looked_up, f"Your usage is {used:e} GB. {ASK}") == []
 

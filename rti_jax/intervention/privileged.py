@@ -13,7 +13,7 @@ known values:
   country code), e-mail addresses (also as ``x at y dot com``), card digits, street addresses
   (with and without the house number), cities, zip codes, dates of birth (in the usual orders,
   with the month by number or by name), IMEIs, figures with a
-  fractional part or four or more digits (usage, amounts), and the capitalised names of the
+  fractional part or four or more digits (usage, amounts; gigabytes also in megabytes), and the capitalised names of the
   free-text fields (``known_info``, ``ticket``: ``France``, ``United States``).
 """
 
@@ -155,7 +155,11 @@ def add_telecom_values(out: Privileged, obj: Any) -> Privileged:
       continue
     n = number_of(leaf)
     if n is not None:
-      out.add_number(n, f"the figure {n} ({key})" if key else f"the figure {n}")
+      label = f"the figure {n} ({key})" if key else f"the figure {n}"
+      out.add_number(n, label)
+      if key is not None and key.endswith("_gb") and n:  # the same amount in megabytes
+        for factor in (1000, 1024):
+          out.add_number((n * factor).normalize(), label)
       continue
     if not isinstance(leaf, str) or not leaf.strip():
       continue
