@@ -25,6 +25,7 @@ initialised, so a single-process run is unchanged.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import pickle
 from typing import Any, Callable, Sequence, TypeVar
@@ -143,7 +144,7 @@ def allgather_objects(obj: Any) -> list[Any]:
 
   data = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
   sizes = np.asarray(multihost_utils.process_allgather(np.asarray([data.size], np.int64))).reshape(-1)
-  padded = np.zeros((int(sizes.max()),), np.uint8)
+  padded = np.zeros((1 << int(sizes.max() - 1).bit_length(),), np.uint8)  # few distinct shapes to compile
   padded[:data.size] = data
   every = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(sizes), -1)
   return [pickle.loads(every[i, :int(s)].tobytes()) for i, s in enumerate(sizes)]
@@ -248,7 +249,9 @@ def local_mesh(mesh: jax.sharding.Mesh) -> jax.sharding.Mesh:
   return make_mesh(*sizes, devices=jax.local_devices())
 
 
+@functools.lru_cache(maxsize=8)
 def _replicate_fn(mesh: jax.sharding.Mesh) -> Callable[[Any], Any]:
+  """One jitted identity per mesh whose outputs are fully replicated (traced once per tree shape)."""
   sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
   return jax.jit(lambda tree: tree, out_shardings=sharding)
 

@@ -5,11 +5,13 @@ devices must be forced before jax is imported, hence the subprocess).
     python tests/_multihost_check.py POLICY OUT single
     python tests/_multihost_check.py POLICY OUT multi PID PORT
 
-Each run trains 2 iterations in ``OUT/full`` (then evaluates and exports the policy), and trains
-1 iteration in ``OUT/cut``, then resumes it in a new trainer to iteration 2. Process 0 writes
+Each run trains GRPO (with a KL term to the initial policy) for 2 iterations in ``OUT/full``, then
+evaluates and exports the policy, and trains 1 iteration in ``OUT/cut``, then resumes it in a new
+trainer to iteration 2. Process 0 writes
 ``OUT/result.json`` (records, evaluation) and ``OUT/params_{full,cut}.npz`` (final parameters);
 every process writes ``OUT/writes_<pid>.json``: the files it opened for writing, or renamed, under
 OUT (a Python audit hook; orbax's own writes go through tensorstore and are not seen).
+``MULTIHOST_CHECK_OVERRIDES`` in the environment: more config overrides (space-separated).
 """
 
 from __future__ import annotations
@@ -68,9 +70,10 @@ def config():
   extra = ["mesh.distributed=true", "mesh.coordinator=127.0.0.1:" + sys.argv[5], "mesh.num_processes=2",
            f"mesh.process_id={PID}"] if MODE == "multi" else []
   return load_config("navigation", [
-      f"policy.path={POLICY}", "loss.method=grpo", "rollout.tasks_per_iter=2", "rollout.group_size=4",
+      f"policy.path={POLICY}", "loss.method=grpo", "loss.beta=0.05", "rollout.tasks_per_iter=2", "rollout.group_size=4",
       "rollout.max_new_tokens=6", "rollout.max_context=128", "train.iterations=2", "train.checkpoint_every=1",
-      "optim.lr=0.01", "train.eval_every=100", "train.val_tasks=0", "mesh.rollout_slices=2", *extra])
+      "optim.lr=0.01", "train.eval_every=100", "train.val_tasks=0", "mesh.rollout_slices=2", *extra,
+      *os.environ.get("MULTIHOST_CHECK_OVERRIDES", "").split()])
 
 
 def params(trainer: Trainer) -> dict[str, np.ndarray]:

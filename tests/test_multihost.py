@@ -95,6 +95,24 @@ def test_merge_counters_sums_every_field():
   assert m.verifier_reasons == {"leak": 3, "x": 1}
 
 
+def test_only_the_writer_process_writes_reports(tmp_path, monkeypatch):
+  """reporting's JSON writers and the experiment's results write on process 0 only."""
+  from rti_jax import experiment, reporting
+
+  results = {"seeds": [0], "runs": {"0": {"grpo": {"all": {"p@1": 0.5}}, "grpo_records": [{"iteration": 1}]}}}
+  for writer, out in ((False, tmp_path / "p1"), (True, tmp_path / "p0")):
+    out.mkdir()
+    monkeypatch.setattr(distributed, "is_writer", lambda w=writer: w)
+    reporting.write_json(out / "a.json", {"x": 1})
+    reporting.append_jsonl(out / "m.jsonl", {"iteration": 1})
+    reporting.write_jsonl(out / "w.jsonl", [{"iteration": 1}])
+    experiment.write_results(results, out, ["| table |"])
+  assert sorted(p.name for p in (tmp_path / "p1").iterdir()) == []
+  assert sorted(p.name for p in (tmp_path / "p0").iterdir()) == ["a.json", "m.jsonl", "results.json", "table.md",
+                                                                 "w.jsonl"]
+  assert reporting.read_jsonl(tmp_path / "p0" / "m.jsonl") == [{"iteration": 1}]
+
+
 def test_sliced_stages_equal_per_slice_rollouts_with_the_slice_seeds():
   """Two slices in one process: the groups, rewards and summed counters of rolling out (and
   intervening on) each half of the tasks by hand with its slice's seeds, in slice order."""
