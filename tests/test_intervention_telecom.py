@@ -112,8 +112,9 @@ def judge(env: TelecomEnv, draft: str):
 
 
 def suggestion_is_visible(env: TelecomEnv, j) -> bool:
-  """The Validator's hint states no value the conversation has not shown (checked with the Verifier's detector)."""
-  return not VERIFIER.leaked_values(ctx_of(env, ""), j.suggest_next)
+  """The Validator's visible-only hint (the feedback-only Corrector's) states no value the conversation
+  has not shown (checked with the Verifier's detector)."""
+  return not VERIFIER.leaked_values(ctx_of(env, ""), j.visible_suggest_next)
 
 
 # --- App. D.1 and D.2 -------------------------------------------------------------------------------
@@ -159,6 +160,12 @@ def test_d2_leaking_correction_is_rejected_and_the_clean_one_accepted():
   draft = tool_call_text("reset_apn_settings", {})
   j = judge(env, draft)
   assert j.error_types == (USER_SIDE_DEVICE_ACTION,) and "reset_apn_settings" in j.suggest_next
+  # As in App. D.2, the suggestion built from the evidence names the fix the task needs, the APN reset
+  # and then the reboot; the visible-only one names the draft's own tool.
+  assert j.suggest_next == ("Do not call reset_apn_settings yourself: ask the user to run reset_apn_settings() and "
+                            "then reboot_device() on their phone and tell you the result.")
+  assert j.visible_suggest_next == ("Do not call reset_apn_settings yourself: ask the user to run "
+                                    "reset_apn_settings() on their phone and tell you the result.")
   v = VERIFIER.judge(ctx_of(env, draft), D2_LEAK)
   assert not v.ok and set(v.reasons) == {"leaked_value", "hallucinated_tool_result"}
   for value in ("'John'", "'L1002'", "'15.1 GB'"):
@@ -255,7 +262,12 @@ def test_fabricated_arguments():
   refuel = next(a for a in task.agent_actions if a.name == "refuel_data")
   early = judge(env, tool_call_text("refuel_data", refuel.arguments))  # ids not looked up yet
   assert FABRICATED_ARGUMENTS in early.error_types and suggestion_is_visible(env, early)
-  assert refuel.arguments["line_id"] not in early.suggest_next
+  assert refuel.arguments["line_id"] not in early.visible_suggest_next
+  # The paper's suggest_next is built from the evidence: the required call with its exact ids, which the
+  # conversation has not shown, so a correction that wrote them out would be stopped by the Verifier.
+  assert early.suggest_next == "Call refuel_data(" + ", ".join(f"{k}={v!r}" for k, v in refuel.arguments.items()) + ")."
+  assert VERIFIER.leaked_values(ctx_of(env, ""), early.suggest_next)
+  assert "leaked_value" in VERIFIER.judge(ctx_of(env, ""), f"I will add data to line {refuel.arguments['line_id']} now.").reasons
   env.step(tool_call_text("get_customer_by_phone", {"phone_number": phone}))
   env.step("I can add 2 GB of data to your line. Would you like me to proceed?")
   assert judge(env, tool_call_text("refuel_data", refuel.arguments)).is_valid
@@ -371,7 +383,7 @@ def judged_episode(agent, task) -> list[tuple[str, object]]:
     draft = agent.act(env.transcript.messages)
     j = judge(env, draft)
     if not j.is_valid:
-      assert suggestion_is_visible(env, j), j.suggest_next
+      assert suggestion_is_visible(env, j), j.visible_suggest_next
     out.append((draft, j))
     if env.step(draft).done:
       return out
@@ -444,7 +456,7 @@ def test_following_the_hints_repairs_every_naive_train_episode():
     for k in range(env.max_turns):
       draft = turns[k] if k < len(turns) else "Thank you. ###STOP###"
       j = judge(env, draft)
-      m = re.search(r"ask the user to run (\w+\([^)]*\)) on their phone", j.suggest_next)
+      m = re.search(r"ask the user to run (\w+\([^)]*\)) on their phone", j.visible_suggest_next or "")
       if not j.is_valid and m:
         fix = f"Please run {m.group(1)} on your phone and tell me the result."
         corrected += 1

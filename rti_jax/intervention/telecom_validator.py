@@ -21,9 +21,12 @@ same judgement. Reward-oriented (Sec. 4.1: flags only derailing steps), on the d
     toggle of a setting the task does not need, turning a setting the wrong way);
   * ``ARGUMENT_MISMATCH`` (rule 8 of the prompt): a required account-changing call with
     other argument values than the reward side fixes.
-Its ``suggest_next`` names only things visible to the policy: tool names (they are in the
-system prompt) and argument values that the conversation (or, for device settings, the
-policy text) shows; an id not shown yet becomes "look the customer up first".
+Its ``suggest_next`` is built from the evidence, as the paper's Validator writes it: the required
+actions with their exact arguments (the line id, the refuel amount, the APN reset or the device
+setting that fixes the fault), so only the paper's Corrector, told to conceal it, reads it. Its
+``visible_suggest_next`` (the feedback-only Corrector's) names only things visible to the policy:
+tool names (they are in the system prompt) and argument values that the conversation (or, for
+device settings, the policy text) shows; an id not shown yet becomes "look the customer up first".
 """
 
 from __future__ import annotations
@@ -108,11 +111,13 @@ class TelecomRuleValidator:
       is_valid=False,
       error_types=tuple(dict.fromkeys(e[0] for e in errors)),
       diagnosis=" ".join(e[1] for e in errors),
-      suggest_next=errors[0][2],
+      suggest_next=errors[0][3],
+      visible_suggest_next=errors[0][2],
     )
 
-  def errors(self, ctx: StepContext) -> list[tuple[str, str, str]]:
-    """``(rule, diagnosis, suggestion)`` for every hard rule the draft breaks."""
+  def errors(self, ctx: StepContext) -> list[tuple[str, str, str, str]]:
+    """``(rule, diagnosis, visible-only suggestion, suggestion from the evidence)`` for every hard
+    rule the draft breaks."""
     turn = parse_assistant_turn(ctx.draft)
     seen = conversation_text(ctx)
     agents = agent_runs(ctx.history)
@@ -120,25 +125,27 @@ class TelecomRuleValidator:
     required = required_actions(ctx.evidence)
     pending = [a for a in required if not is_done(a, agents, users)]
     device = user_side_tools(ctx.evidence)
-    errors: list[tuple[str, str, str]] = []
+    errors: list[tuple[str, str, str, str]] = []
 
     device_calls = [c for c in turn.tool_calls if c.name in device]
     agent_calls = [c for c in turn.tool_calls if c.name not in device]
     for call in device_calls:
+      ask = "Do not call {} yourself: ask the user to run {} on their phone and tell you the result."
       errors.append((USER_SIDE_DEVICE_ACTION,
                      f"{call.name} is a tool on the user's phone; the agent cannot call it.",
-                     f"Do not call {call.name} yourself: ask the user to run {self._device_phrase(call.name, call.arguments, seen)} "
-                     f"on their phone and tell you the result."))
+                     ask.format(call.name, self._device_phrase(call.name, call.arguments, seen)),
+                     ask.format(call.name, self._device_fix(call, pending))))
 
     for call in agent_calls:
       bad = self._fabricated(call, seen)
       if bad:
+        hint = self._lookup_hint(call.name, seen)
         errors.append((FABRICATED_ARGUMENTS,
                        f"{call.name} uses {', '.join(f'{k}={v!r}' for k, v in bad)}, which no user or tool message has shown.",
-                       self._lookup_hint(call.name, seen)))
+                       hint, self._lookup_fix(call.name, hint, required)))
 
-    errors.extend(self._repeats(ctx, turn, agent_calls, agents, users))
-    errors.extend(self._false_claims(turn.content, seen, agents))
+    errors.extend((*e, e[2]) for e in self._repeats(ctx, turn, agent_calls, agents, users))
+    errors.extend((*e, e[2]) for e in self._false_claims(turn.content, seen, agents))
 
     ends = (AGENT_STOP in turn.content or any(c.name == TRANSFER_TOOL for c in agent_calls)
             or (not turn.tool_calls and bool(_TRANSFER_RE.search(turn.content))))
@@ -146,7 +153,8 @@ class TelecomRuleValidator:
     if ends and still:
       errors.append((PREMATURE_TERMINATION,
                      f"The reply ends the conversation while {len(still)} step(s) needed to resolve the issue are not done.",
-                     "Do not end the conversation yet: " + self._action_hint(still[0], seen) + "."))
+                     "Do not end the conversation yet: " + self._action_hint(still[0], seen) + ".",
+                     "Do not end the conversation yet: " + self._action_hint(still[0], seen, reveal=True) + "."))
 
     errors.extend(self._drift(turn, agent_calls, required, pending, users, seen))
     return errors
@@ -215,7 +223,8 @@ class TelecomRuleValidator:
     return [(FALSE_CLAIM, d, s) for d, s in claim_problems(content, seen, agents)]
 
   def _drift(self, turn: Any, agent_calls: Sequence[ToolCall], required: Sequence[Required],
-             pending: Sequence[Required], users: Sequence[tuple[int, UserRun]], seen: str) -> list[tuple[str, str, str]]:
+             pending: Sequence[Required], users: Sequence[tuple[int, UserRun]], seen: str
+             ) -> list[tuple[str, str, str, str]]:
     out = []
     req_agent = [a for a in required if a.side == "agent"]
     req_user_names = {a.name for a in required if a.side == "user"}
@@ -225,13 +234,14 @@ class TelecomRuleValidator:
       same_name = [a for a in req_agent if a.name == call.name]
       if not same_name:
         nxt = pending[0] if pending else None
-        hint = ("Keep to the user's issue: " + self._action_hint(nxt, seen) + ".") if nxt else (
-          "Keep to the user's issue and ask the user to check whether it is fixed.")
-        out.append((GOAL_DRIFT, f"{call.name} changes the account in a way the user's issue does not call for.", hint))
+        hints = [("Keep to the user's issue: " + self._action_hint(nxt, seen, reveal) + ".") if nxt else (
+          "Keep to the user's issue and ask the user to check whether it is fixed.") for reveal in (False, True)]
+        out.append((GOAL_DRIFT, f"{call.name} changes the account in a way the user's issue does not call for.", *hints))
       elif not any(args_match(call.arguments, a.arguments) for a in same_name):
         want = next(a for a in same_name)
         out.append((ARGUMENT_MISMATCH, f"{call.name} is called with other values than the issue needs.",
-                    "Call " + self._agent_phrase(want, seen) + " instead."))
+                    "Call " + self._agent_phrase(want, seen) + " instead.",
+                    "Call " + self._agent_phrase(want, seen, reveal=True) + " instead."))
     if not turn.tool_calls and turn.content:
       for req in device_requests(turn.content):
         if req.tool not in RISKY_DEVICE_WRITES:
@@ -246,35 +256,63 @@ class TelecomRuleValidator:
           what = f"turning {req.direction} {req.tool.removeprefix('toggle_')}" if wrong_way else f"running {req.tool}"
           nxt = pending[0] if pending else None
           out.append((GOAL_DRIFT, f"Asking the user for {what} works against fixing the issue.",
-                      ("Instead, " + self._action_hint(nxt, seen) + ".") if nxt else
-                      "Ask the user to check whether the issue is fixed instead."))
+                      *[("Instead, " + self._action_hint(nxt, seen, reveal) + ".") if nxt else
+                        "Ask the user to check whether the issue is fixed instead." for reveal in (False, True)]))
           break
     return out
 
   # --- visible-only hints ----------------------------------------------------------------------
 
-  def _device_phrase(self, name: str, arguments: dict[str, Any], seen: str) -> str:
+  def _device_phrase(self, name: str, arguments: dict[str, Any], seen: str, reveal: bool = False) -> str:
     """``name(k="v", ...)`` with only the arguments the device tool takes whose values the
-    conversation or the policy text shows."""
+    conversation or the policy text shows (all of them with ``reveal``)."""
     from rti_jax.envs.telecom import device_tools as dt
 
     params = dt.DEVICE_TOOLS[name].params if name in dt.DEVICE_TOOLS else ()
     vocab = (seen + "\n" + self.policy).lower()
-    shown = {k: v for k, v in arguments.items() if k in params and isinstance(v, str) and v.lower() in vocab}
+    shown = {k: v for k, v in arguments.items()
+             if k in params and isinstance(v, str) and (reveal or v.lower() in vocab)}
     return f"{name}(" + ", ".join(f'{k}="{v}"' for k, v in shown.items()) + ")"
 
-  def _agent_phrase(self, action: Required, seen: str) -> str:
+  def _device_fix(self, call: ToolCall, pending: Sequence[Required]) -> str:
+    """The device actions the evidence still requires (the one the draft tried first, and the one
+    after it), with their exact arguments; else the draft's call (the paper's ``suggest_next``)."""
+    todo = [a for a in pending if a.side == "user"]
+    at = next((i for i, a in enumerate(todo) if a.name == call.name), 0)
+    fix = [self._device_phrase(a.name, a.arguments, "", reveal=True) for a in todo[at:at + 2]]
+    return " and then ".join(fix) if fix else self._device_phrase(call.name, call.arguments, "", reveal=True)
+
+  @staticmethod
+  def _lookup_fix(name: str, hint: str, required: Sequence[Required]) -> str:
+    """A guessed argument, repaired from the evidence: the required call of that tool with its exact
+    arguments, else the visible hint and the ids the required calls use (the paper's ``suggest_next``)."""
+    same = [a for a in required if a.side == "agent" and a.name == name]
+    if same:
+      return "Call " + TelecomRuleValidator._plain_phrase(same[0]) + "."
+    ids = {k: v for a in required if a.side == "agent" for k, v in a.arguments.items() if k.endswith("_id")}
+    return hint + (" The ids the issue needs: " + ", ".join(f"{k}={v!r}" for k, v in ids.items()) + "." if ids else "")
+
+  @staticmethod
+  def _plain_phrase(action: Required) -> str:
+    args = ", ".join(f"{k}={v!r}" for k, v in action.arguments.items() if k not in FREE_TEXT_ARGS)
+    return f"{action.name}({args})"
+
+  def _agent_phrase(self, action: Required, seen: str, reveal: bool = False) -> str:
+    if reveal:
+      return self._plain_phrase(action)
     shown = {k: v for k, v in action.arguments.items() if k not in FREE_TEXT_ARGS and visible_value(v, seen)}
     hidden = [k for k in action.arguments if k not in FREE_TEXT_ARGS and k not in shown]
     args = ", ".join(f"{k}={v!r}" for k, v in shown.items())
     text = f"{action.name}({args})"
     return text + (f" (find {', '.join(hidden)} from the conversation or a lookup)" if hidden else "")
 
-  def _action_hint(self, action: Required, seen: str) -> str:
+  def _action_hint(self, action: Required, seen: str, reveal: bool = False) -> str:
     if action.side == "user":
-      return f"ask the user to run {self._device_phrase(action.name, action.arguments, seen)} on their phone"
+      return f"ask the user to run {self._device_phrase(action.name, action.arguments, seen, reveal)} on their phone"
     if action.name == TRANSFER_TOOL:
       return f"call {TRANSFER_TOOL} with a summary of the issue, then tell the user they are being transferred"
+    if reveal:
+      return f"call {self._plain_phrase(action)}"
     hidden = [k for k, v in action.arguments.items() if k not in FREE_TEXT_ARGS and not visible_value(v, seen)]
     if any(k.endswith("_id") for k in hidden):
       hint = self._lookup_hint(action.name, seen).rstrip(".")
