@@ -174,7 +174,11 @@ _JUDGE_PARSERS = (judges.parse_json_object, judges.parse_validator, judges.parse
 
 
 def _old_parse_json_object(text: str):
-  """The parser before the linear rewrite (exhaustive raw_decode from every "{")."""
+  """The parser before the linear rewrite (exhaustive raw_decode from every "{"), with the rule for
+  reasoning that the generation prompt opened: text up to a ``</think>`` that nothing opened goes."""
+  close = text.find("</think>")
+  if close >= 0 and "<think>" not in text[:close]:
+    text = text[close + len("</think>"):]
   body = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL)
   if "<think>" in body and "</think>" not in body:
     body = body.split("<think>", 1)[0] or body.split("<think>", 1)[1]
