@@ -12,6 +12,12 @@ variant are then evaluated on the held-out test split. The table has Table 3's l
 pass@1..4 and pass^1..4 (percent, mean over seeds; a k above ``train.eval_samples`` is
 shown as nan). The run dir gets ``results.json``, ``table.md``, ``ablation.png`` (pass@k and
 pass^k against k per variant) and the per-iteration plots of ``rti_jax.experiment.plot``.
+
+The Corrector is the config's ``intervention.corrector``: the paper's (App. A.1's inputs, the
+evidence concealed) in ``--config navigation_qwen3_8b``, the paper-scale setting of Table 3; the
+feedback-only one in the default tiny config, whose policy was fine-tuned on that message.
+``--corrector paper`` (or ``intervention.corrector=paper``) runs the paper's Corrector on any
+config; the choice is recorded in ``results.json`` (``corrector``) and in the table's title.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import numpy as np
 
 from experiments import navigation as nav_exp
 from rti_jax import experiment, reporting
+from rti_jax.config import load_config
+from rti_jax.intervention.prompting import CORRECTORS
 
 #: label -> overrides on top of the shared base config (same policy, budget and seed).
 VARIANTS: dict[str, list[str]] = {
@@ -46,7 +54,13 @@ QUICK = [*nav_exp.QUICK, "train.eval_samples=4"]
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
   p = experiment.common_parser("run.py --exp=navigation_ablation", __doc__, "runs/<name>-ablation-<time>")
   p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-  return experiment.split_overrides(p, argv)
+  p.add_argument("--corrector", default=None, choices=CORRECTORS,
+                 help="the Corrector of every RTI variant (default: the config's intervention.corrector; "
+                      "paper in navigation_qwen3_8b, feedback in the tiny navigation config)")
+  args, unknown = experiment.split_overrides(p, argv)
+  if args.corrector is not None:
+    args.overrides.append(f"intervention.corrector={args.corrector}")
+  return args, unknown
 
 
 def table3_rows(results: dict[str, Any], part: str = "all") -> tuple[list[str], list[list[Any]]]:
@@ -93,10 +107,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
   overrides, out = prepared
   variants = {v: VARIANTS[v] for v in args.variants}
+  corrector = load_config(args.config, overrides).intervention.corrector
   results = experiment.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
                         reuse=args.reuse)
+  results["corrector"] = corrector
   cols, rows = table3_rows(results)
-  title = f"Navigation ablation, held-out test split ({len(args.seeds)} seed(s), %; Table 3 layout)"
+  title = (f"Navigation ablation, held-out test split ({len(args.seeds)} seed(s), %; Table 3 layout; "
+           f"{corrector} Corrector)")
   table = reporting.print_table(title, cols, rows)
   tables = [table]
   if any("disambiguation" in r[results["methods"][-1]] for r in results["runs"].values()):

@@ -181,6 +181,9 @@ class Trainer:
       from rti_jax.generation.sglang_http import SGLangHTTPBackend
 
       judge_backend = SGLangHTTPBackend(icfg.intervener_url)
+    # The Corrector samples u~_k from p_cal = p_roll + the message of intervention.corrector (paper: App. A.1's
+    # inputs with the evidence, to be concealed; feedback: diagnosis + visible-only hint), which the pipeline
+    # builds and scores log pi_cal under (Eq. 5); see pipeline.intervened_step.
     corrector = judges.PolicyCorrector(judge_backend, self.sampling, self.formatter.end_of_turn_id)
     llm = judges.JudgeLLM(judge_backend, self.formatter) if "llm" in (icfg.validator, icfg.verifier) else None
     rules = pipeline.rule_roles(self.source.domain) if "rules" in (icfg.validator, icfg.verifier) else (None, None)

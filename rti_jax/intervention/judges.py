@@ -12,9 +12,14 @@
     - Validator: ``is_valid=True`` (no intervention; the draft is kept);
     - Corrector: no correction (the draft is kept);
     - Verifier: ``ok=False`` (reject; nothing unverified enters training).
-* ``PolicyCorrector`` is the default Corrector for small policies: the policy samples
-  its next step directly from the correction prompt p_cal (the rollout prompt plus the
-  validator feedback), so the corrected step is in the policy's own format.
+* ``PolicyCorrector`` is the trainer's Corrector: the policy samples its next step directly
+  from the correction prompt p_cal (the rollout prompt plus one correction message,
+  ``prompting.correction_message``: the paper Corrector's inputs, evidence l included and to
+  be concealed, or the feedback-only one), so the corrected step is in the policy's own
+  format and log pi_cal is scored under the very prompt it was sampled from (Eq. 5).
+* ``LLMCorrector`` (``make_roles(corrector="llm")``) has a judge write App. A.1's JSON from its
+  own prompt; that text is re-encoded in the agent format, so its log pi_cal is the policy's
+  under p_cal, not the judge's probability of its JSON.
 """
 
 from __future__ import annotations
@@ -386,7 +391,8 @@ class LLMVerifier:
 
 
 class PolicyCorrector:
-  """Self-intervention Corrector: the policy samples u~_k from the correction prompt p_cal.
+  """Self-intervention Corrector: the policy samples u~_k from the correction prompt p_cal
+  (``cal_prompts``, built by the pipeline per ``InterventionConfig.corrector``).
 
   The sample is already in the agent format (it is the policy's own next turn), so
   its ids are kept as they are; an empty sample or one cut by the length limit is

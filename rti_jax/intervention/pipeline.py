@@ -118,8 +118,9 @@ def make_roles(
     or "llm" (App. A.1 prompts). For "llm" the judge is the policy itself
     (self-intervention, the paper's default) unless ``judge`` / ``judge_formatter`` name
     a separate endpoint (the stronger intervening model of Sec. 5.5).
-  corrector: "policy" (the policy samples u~_k from the correction prompt) or "llm"
-    (the judge writes the App. A.1 Corrector JSON).
+  corrector: who writes u~_k: "policy" (the policy samples it from the correction prompt,
+    whose message ``InterventionConfig.corrector`` picks) or "llm" (the judge writes the
+    App. A.1 Corrector JSON from its own prompt).
   sampling: the policy's ``SamplingParams`` for the PolicyCorrector.
   domain: picks the rule-based roles for ``kind="rules"`` ("navigation" or "telecom").
   """
