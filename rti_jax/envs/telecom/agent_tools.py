@@ -28,6 +28,14 @@ class ToolError(Exception):
   """A bad argument; the environment turns it into an error observation."""
 
 
+def _short(value: object, limit: int = 40) -> str:
+  """``repr(value)`` cut to ``limit`` characters (a 5,000-digit literal stays readable)."""
+  if isinstance(value, int) and value.bit_length() > 100:  # repr() refuses past 4,300 digits
+    return f"an integer of {len(str(abs(value))) if value.bit_length() < 14_000 else 'over 4,000'} digits"
+  text = repr(value)
+  return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _dump(obj: Any) -> str:
   return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
@@ -271,8 +279,12 @@ def _check_arguments(tool: AgentTool, arguments: dict[str, Any]) -> dict[str, An
       if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind == "integer" and not isinstance(value, int)):
         raise ToolError(f"argument {name} of {tool.name} must be a{'n integer' if kind == 'integer' else ' number'}, "
                         f"got {value!r}")
-      if not math.isfinite(value):
-        raise ToolError(f"argument {name} of {tool.name} must be a finite number, got {value!r}")
+      try:
+        finite = math.isfinite(value)
+      except OverflowError:  # an integer literal beyond any float
+        finite = False
+      if not finite:
+        raise ToolError(f"argument {name} of {tool.name} must be a finite number, got {_short(value)}")
       value = float(value) if kind == "number" else value
     elif not isinstance(value, str):
       raise ToolError(f"argument {name} of {tool.name} must be a string, got {value!r}")
