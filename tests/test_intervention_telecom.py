@@ -48,9 +48,11 @@ from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
 from intervention_doubles import (
   CORRECTOR_MARKER,
   FEEDBACK_MARKER,
+  PAPER_CORRECTION_MARKER,
   VALIDATOR_MARKER,
   VERIFIER_MARKER,
   ScriptedPolicy,
+  is_correction_prompt,
   scripted_logp,
 )
 
@@ -475,22 +477,23 @@ def test_following_the_hints_repairs_every_naive_train_episode():
 
 class NaiveTelecomScript:
   """A scripted policy that calls device tools itself (the gold replay with each device request
-  turned into a tool call); under a correction prompt it follows the Validator's suggestion
-  ("ask the user to run X(...) on their phone")."""
+  turned into a tool call); under a correction prompt (either kind) it follows the Validator's
+  suggestion ("ask the user to run X(...) on their phone"), its first device action."""
 
   def __init__(self, task) -> None:
     self.turns = naive_device_turns(task)
 
   def __call__(self, prompt: str) -> str:
     last = prompt.rsplit("<|im_start|>user\n", 1)[-1]
-    if FEEDBACK_MARKER in last:
-      m = re.search(r"ask the user to run (\w+\([^)]*\)) on their phone", last)
+    if is_correction_prompt(prompt):
+      m = re.search(r"ask the user to run (\w+\([^)]*\))(?: and then \w+\([^)]*\))? on their phone", last)
       return f"Please run {m.group(1)} on your phone and tell me the result." if m else ""
     k = prompt.count("<|im_start|>assistant\n") - 1
     return self.turns[k] if k < len(self.turns) else "Thank you. ###STOP###"
 
 
-def test_intervene_groups_end_to_end_on_telecom():
+@pytest.mark.parametrize("kind", ["feedback", "paper"])
+def test_intervene_groups_end_to_end_on_telecom(kind):
   task = get_task("[mobile_data_issue]airplane_mode_on|data_mode_off[PERSONA:None]")
   tok = byte_tokenizer()
   fmt = ChatFormatter(tok)
@@ -500,8 +503,14 @@ def test_intervene_groups_end_to_end_on_telecom():
   assert [t.reward for t in groups[0]] == [0.0, 0.0]
   roles = InterventionRoles(TelecomRuleValidator(), PolicyCorrector(policy, rc.sampling, fmt.end_of_turn_id),
                             TelecomRuleVerifier())
-  new, stats = intervene_groups(groups, [task], TelecomEnv, policy, fmt, roles, InterventionConfig(domain="telecom"), rc,
-                                task_id=lambda t: t.task_id)
+  n_calls = len(policy.calls)
+  new, stats = intervene_groups(groups, [task], TelecomEnv, policy, fmt, roles,
+                                InterventionConfig(domain="telecom", corrector=kind), rc, task_id=lambda t: t.task_id)
+  asked = [c.rsplit("<|im_start|>user\n", 1)[1] for c in policy.calls[n_calls:] if is_correction_prompt(c)]
+  assert asked and all((PAPER_CORRECTION_MARKER if kind == "paper" else FEEDBACK_MARKER) in m for m in asked)
+  # Only the paper Corrector's message holds the evidence (the speed assertion) and the telecom rule.
+  assert all(("assert_internet_speed" in m) == ("Tools of the user's phone are the user's to run" in m) == (kind == "paper")
+             for m in asked)
   n_device = sum(a.requestor == "user" for a in task.actions)
   assert stats.groups_triggered == 1 and stats.steps_flagged == n_device == stats.verifier_accepted
   assert stats.corrections_applied == n_device and stats.groups_replaced == 1
