@@ -19,8 +19,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from models.config import QwenConfig
-from models.weight_table import expand_table
-from rti_jax.sharding import LOGICAL_AXES_KEY, constrain
+from models.weight_table import axis_units, expand_table
+from rti_jax.sharding import LOGICAL_AXES_KEY, LOGICAL_UNITS_KEY, constrain
 
 _MASK_VALUE = -1e30  # finite, so a fully masked (padding) query row stays NaN-free
 # Uncached (training / scoring) passes split the queries into at most this many causal blocks of at
@@ -329,7 +329,8 @@ class Qwen(nnx.Module):
 
 
 def annotate_logical_axes(model: Qwen, config: QwenConfig) -> None:
-  """Sets every parameter's ``logical_axes`` metadata from its row of ``models.weight_table``.
+  """Sets every parameter's ``logical_axes`` (and ``logical_units``: whole heads) metadata from its
+  row of ``models.weight_table``.
 
   Raises ValueError if a parameter has no row, or a row's axes do not match its rank.
   """
@@ -344,7 +345,7 @@ def annotate_logical_axes(model: Qwen, config: QwenConfig) -> None:
       raise ValueError(f"weight table row {entry.spec.hf!r}: expected a rank-{len(entry.spec.axes)} parameter "
                        f"at {'.'.join(map(str, entry.path))}, got {type(var).__name__} "
                        f"{getattr(var, 'shape', None)}")
-    var.set_metadata(**{LOGICAL_AXES_KEY: tuple(entry.spec.axes)})
+    var.set_metadata(**{LOGICAL_AXES_KEY: tuple(entry.spec.axes), LOGICAL_UNITS_KEY: axis_units(entry.spec, config)})
     annotated.add(entry.path)
   for path, _ in nnx.to_flat_state(nnx.state(model, nnx.Param)):
     if tuple(path) not in annotated:

@@ -113,3 +113,9 @@ def expand_table(config: QwenConfig) -> Iterator[TableEntry]:
       path = tuple(int(p) if p.isdigit() else p for p in flax.split("."))
       for j in (range(config.num_experts) if spec.per_expert else [None]):
         yield TableEntry(spec.hf.format(i=i, j=j), path, spec, j)
+
+
+def axis_units(spec: WeightSpec, config: QwenConfig) -> tuple[int, ...]:
+  """Per dimension of ``spec``'s leaf, the blocks it may be split into: ``head_dim`` for the fused
+  ``heads`` / ``kv_heads`` dimensions (a device holds whole heads), 1 elsewhere."""
+  return tuple(config.head_dim if a in ("heads", "kv_heads") else 1 for a in spec.axes)

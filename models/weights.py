@@ -30,7 +30,8 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from models.config import QwenConfig
-from models.weight_table import WEIGHT_TABLE, Axes, TableEntry, WeightSpec, expand_table  # noqa: F401 (re-exported)
+from models.weight_table import (WEIGHT_TABLE, Axes, TableEntry, WeightSpec, axis_units,  # noqa: F401 (re-exported)
+                                  expand_table)
 from models.qwen import Qwen
 from rti_jax.sharding import LOGICAL_AXIS_RULES, Rules, logical_to_spec
 
@@ -96,10 +97,16 @@ def _open_safetensors(fname: str) -> Any:
 
 
 def partition_spec(spec: WeightSpec, shape: tuple[int, ...], mesh: Mesh,
-                   rules: Rules = LOGICAL_AXIS_RULES) -> tuple[PartitionSpec, bool]:
-  """The PartitionSpec of a Flax leaf; second value is True if a dim fell back to replicated."""
+                   rules: Rules = LOGICAL_AXIS_RULES, config: QwenConfig | None = None) -> tuple[PartitionSpec, bool]:
+  """The PartitionSpec of a Flax leaf; second value is True if a dim fell back to replicated.
+
+  config: given, fused head dimensions are split only between whole heads (as the trainer's
+  ``param_shardings`` splits them: ``models.weight_table.axis_units``).
+  """
   fallbacks: list[str] = []
-  pspec = logical_to_spec(spec.axes, mesh=mesh, shape=shape, rules=rules, fallbacks=fallbacks, name=spec.hf)
+  units = None if config is None else axis_units(spec, config)
+  pspec = logical_to_spec(spec.axes, mesh=mesh, shape=shape, rules=rules, fallbacks=fallbacks, name=spec.hf,
+                          units=units)
   return pspec, bool(fallbacks)
 
 
@@ -187,13 +194,13 @@ def from_pretrained(path: str | os.PathLike, *, dtype: Any = jnp.float32, param_
         if got != want:
           raise ValueError(f"tensor {e.hf!r}: expected shape {want}, got {got}")
         tensors.append(tensor)
-      var.set_value(_load_leaf(tensors, spec, shape, pdt, mesh, rules, group[0].hf, report))
+      var.set_value(_load_leaf(tensors, spec, shape, pdt, mesh, rules, group[0].hf, report, config))
   return nnx.merge(graphdef, state), config
 
 
 def _load_leaf(tensors: list[Any], spec: WeightSpec, shape: tuple[int, ...], dt: jnp.dtype,
                mesh: Mesh | None, rules: Rules, hf: str,
-               report: LoadReport) -> jax.Array:
+               report: LoadReport, config: QwenConfig) -> jax.Array:
   """Reads one leaf (whole, or shard by shard with a mesh): transposes, stacks experts, casts."""
 
   def read_one(tensor: Any, index: tuple[slice, ...]) -> np.ndarray:
@@ -210,7 +217,7 @@ def _load_leaf(tensors: list[Any], spec: WeightSpec, shape: tuple[int, ...], dt:
   full = tuple(slice(None) for _ in shape)
   if mesh is None:
     return jnp.asarray(read(full))
-  pspec, fell_back = partition_spec(spec, shape, mesh, rules)
+  pspec, fell_back = partition_spec(spec, shape, mesh, rules, config)
   if fell_back:
     report.replicated.append(hf)
   sharding = NamedSharding(mesh, pspec)

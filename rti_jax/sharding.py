@@ -79,6 +79,10 @@ step would otherwise gather every weight); the batch still splits as ``"batch"``
 LOGICAL_AXES_KEY = "logical_axes"
 """Variable metadata key holding a parameter's logical axis names (one per dimension)."""
 
+LOGICAL_UNITS_KEY = "logical_units"
+"""Optional variable metadata key: per dimension, the size of the blocks it may be split into (a
+fused ``heads * head_dim`` dimension is split only between heads: unit ``head_dim``)."""
+
 
 def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1, *,
               devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -112,12 +116,14 @@ def _axes_size(mesh: Mesh, axes: Any) -> int:
 def logical_to_spec(logical_axes: Sequence[str | None], *, mesh: Mesh | None = None,
                     shape: Sequence[int] | None = None,
                     rules: Mapping[str, tuple[str, ...] | None] = LOGICAL_AXIS_RULES,
-                    fallbacks: list[str] | None = None, name: str = "array") -> PartitionSpec:
+                    fallbacks: list[str] | None = None, name: str = "array",
+                    units: Sequence[int] | None = None) -> PartitionSpec:
   """PartitionSpec for an array whose dimensions carry ``logical_axes`` (None = replicated).
 
-  With ``mesh`` and ``shape``, a dimension whose size is not divisible by its mesh axes, or
-  whose mesh axes are already used by an earlier dimension, is replicated and a note is
-  appended to ``fallbacks``. Unknown logical names raise ValueError.
+  With ``mesh`` and ``shape``, a dimension whose size is not divisible by its mesh axes (times
+  its entry of ``units``, default 1: the blocks it may be split into), or whose mesh axes are
+  already used by an earlier dimension, is replicated and a note is appended to ``fallbacks``.
+  Unknown logical names raise ValueError.
   """
   if shape is not None and len(logical_axes) != len(shape):
     raise ValueError(f"{name}: expected {len(shape)} logical axes (one per dimension of shape "
@@ -139,8 +145,9 @@ def logical_to_spec(logical_axes: Sequence[str | None], *, mesh: Mesh | None = N
       problem = None
       if used & set(axes):
         problem = f"mesh axes {axes} already used"
-      elif shape is not None and shape[i] % _axes_size(mesh, axes) != 0:
+      elif shape is not None and shape[i] % (_axes_size(mesh, axes) * (units[i] if units else 1)) != 0:
         problem = f"size {shape[i]} not divisible by {axes}={_axes_size(mesh, axes)}"
+        problem += f" blocks of {units[i]}" if units and units[i] > 1 else ""
       if problem:
         if fallbacks is not None:
           fallbacks.append(f"{name} dim {i} ({logical}): {problem}; replicated")
@@ -222,7 +229,7 @@ def param_shardings(params: Any, mesh: Mesh, *,
       spec = _fallback_spec(shape, mesh, rules)
     else:
       spec = logical_to_spec(tuple(logical), mesh=mesh, shape=shape, rules=rules,
-                             fallbacks=fallbacks, name=name)
+                             fallbacks=fallbacks, name=name, units=var.get_metadata().get(LOGICAL_UNITS_KEY))
     return var.replace(NamedSharding(mesh, spec))
 
   return jax.tree_util.tree_map_with_path(one, params, is_leaf=_is_var)

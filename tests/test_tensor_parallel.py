@@ -95,6 +95,28 @@ def test_the_tensor_axis_splits_heads_mlp_and_vocab_and_decode_rules_keep_embed_
   assert spec(("layers", 0, "attn", "q_proj", "kernel"), S.DECODE_AXIS_RULES) == P(None, "tensor")
 
 
+def test_fused_head_dimensions_split_only_between_whole_heads():
+  from models.weights import partition_spec
+
+  config = _config(num_kv_heads=1)  # k_proj kernel [32, 1 * 8]: one kv head of 8
+  params = _params(nnx.eval_shape(lambda: Qwen(config, rngs=nnx.Rngs(0))))
+  rows = {e.path: e.spec for e in expand_table(config)}
+  mesh = _FakeMesh(data=1, fsdp=1, tensor=2)
+  k = params[("layers", 0, "attn", "k_proj", "kernel")]
+  meta = k.get_metadata()
+  assert meta[S.LOGICAL_UNITS_KEY] == (1, 8)
+  fallbacks: list[str] = []
+  spec = S.logical_to_spec(meta[S.LOGICAL_AXES_KEY], mesh=mesh, shape=k.shape, units=meta[S.LOGICAL_UNITS_KEY],
+                           fallbacks=fallbacks)
+  assert spec == P(None, None) and "blocks of 8" in fallbacks[0]
+  assert S.logical_to_spec(meta[S.LOGICAL_AXES_KEY], mesh=mesh, shape=k.shape) == P(None, "tensor")  # half a head
+  row = rows[("layers", 0, "attn", "k_proj", "kernel")]
+  assert partition_spec(row, k.shape, mesh, config=config) == (P(None, None), True)  # the loader agrees
+  q = params[("layers", 0, "attn", "q_proj", "kernel")]  # 4 query heads: 2 per device
+  assert partition_spec(rows[("layers", 0, "attn", "q_proj", "kernel")], q.shape, mesh, config=config) == (
+    P(None, "tensor"), False)
+
+
 def _count_constraints(jaxpr) -> int:
   import jax.extend
 
