@@ -7,14 +7,14 @@ writes u~_k; the Verifier checks it (unless "w/o Post-Check"); u~_k is rescored 
 the rollout prompt p_roll and kept iff ``PPL_roll(u~_k) <= delta`` (Eq. 3-4). An
 accepted u~_k replaces u^_k and the episode continues from it, with log pi_roll
 (p_roll) and log pi_cal cached for Eq. 5-6; a rejected one is discarded and the draft kept.
+If the intervened rollout reaches reward 1 it replaces one failed member of the group
+(line 25); otherwise the group is unchanged (line 29).
 
 The correction prompt p_cal is p_roll plus one user message (``InterventionConfig.corrector``):
 ``paper``, App. A.1's Corrector inputs (the draft, the Validator's diagnosis and ``suggest_next``,
 the evidence l and the rule to conceal it; the history and the tools are p_roll's own), or
 ``feedback``, the diagnosis and a visible-only suggestion. The Corrector samples u~_k from p_cal,
-log pi_cal is scored under that same p_cal (Eq. 5) and log pi_roll under p_roll (Eq. 3). If the intervened rollout reaches
-reward 1 it replaces one failed member of the group (line 25); otherwise the group
-is unchanged (line 29).
+log pi_cal is scored under that same p_cal (Eq. 5) and log pi_roll under p_roll (Eq. 3).
 
 ``objectives.assemble_batch`` then turns groups into an ``objectives.RTIBatch`` that ``rti_loss`` /
 ``loss_from_batch`` read directly. For intervened tokens ``old_logp`` is log pi_roll
