@@ -255,6 +255,22 @@ def test_a_skipped_fix_fails_in_both():
   assert not all(ok for _, ok in theirs.env_assertions)
 
 
+def test_scoring_does_not_depend_on_earlier_episodes():
+  """tau2's break_vpn degrades the VPN record every later connect_vpn shares; the bridge scores
+  each episode as in a fresh process (and a reconnect within the faulty episode stays poor)."""
+  env = TelecomEnv()
+  vpn_task = next(t for t in TASKS if "bad_vpn" in t.task_id)
+  steps = gold_steps(vpn_task)  # ... disconnect_vpn ..., the goal check, the stop
+  rec = play_steps(env, vpn_task, steps[:-2] + [("user", "connect_vpn", {})] + steps[-2:])
+  assert env.state.phone.vpn_performance == "poor"
+  assert tb.score(rec).reward == rec["reward"] == 0.0
+  data_task = next(t for t in TASKS if t.issue_type == "mobile_data_issue" and "vpn" not in t.task_id)
+  steps = gold_steps(data_task)
+  rec = play_steps(env, data_task, steps[:-2] + [("user", "connect_vpn", {})] + steps[-2:])
+  assert env.state.phone.vpn_performance == "excellent"
+  assert tb.score(rec).reward == rec["reward"] == 1.0
+
+
 def test_recombined_task_becomes_a_tau2_task():
   task = recombined_tasks(load_split("train"), 1, seed=0)[0]
   theirs = tb.tau2_task(task)
