@@ -254,3 +254,37 @@ def test_parameters_and_decode_copy_use_the_tensor_axis(tp_report):
   assert moe["specs"]["layers.0.mlp.gate_proj"] == "P('tensor', 'fsdp', None)"  # experts over tensor
   assert moe["decode_specs"]["layers.0.mlp.gate_proj"] == "P('tensor', None, None)"
   assert all("mlp" in f and "already used" in f for f in moe["fallbacks"])  # the counted expert-mlp fallback
+
+
+def _trainer_run(policy: str, run_dir: pathlib.Path, mesh: tuple[int, int, int]) -> dict:
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)
+  env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p)
+  proc = subprocess.run([sys.executable, str(HERE / "_tp_trainer_check.py"), policy, str(run_dir), *map(str, mesh)],
+                        capture_output=True, text=True, env=env, cwd=HERE.parent, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_trainer_iteration_on_a_tensor_parallel_mesh_equals_one_device(toy_policy, tmp_path):
+  """Load onto (fsdp=4, tensor=2), roll out from the decode copy, update, sync: the iteration's
+  rollouts and update match the one-device trainer's."""
+  from rti_jax.trainer import TIMING_KEYS
+
+  ref = _trainer_run(toy_policy, tmp_path / "one", (1, 1, 1))
+  got = _trainer_run(toy_policy, tmp_path / "tp", (1, 4, 2))
+  assert ref["devices"] == 1 and got["devices"] == 8 and got["mesh"] == {"data": 1, "fsdp": 4, "tensor": 2}
+  assert not got["has_model"] and got["sampler_mesh"] == got["mesh"]
+  q = "['layers'][0]['attn']['q_proj']['kernel'].value"
+  assert got["specs"][q] == "P('fsdp', 'tensor')" and got["decode_specs"][q] == "P(None, 'tensor')"
+  a, b = ref["record"], got["record"]
+  assert set(a) == set(b)
+  for key in sorted(set(a) - set(TIMING_KEYS)):
+    if isinstance(a[key], float) and np.isnan(a[key]):
+      assert np.isnan(b[key]), key
+    elif key in ("tokens", "reward_mean", "length_cut_turns", "num_tokens") or key.startswith("rti/"):
+      assert a[key] == b[key], key  # the same rollouts
+    else:
+      assert abs(a[key] - b[key]) <= 1e-5, (key, a[key], b[key])
+  assert a["grad_norm"] > 0.1  # the update is not a no-op

@@ -1,0 +1,53 @@
+"""Run by tests/test_tensor_parallel.py: the trainer on 8 forced CPU devices, or on the devices there are.
+
+``python tests/_tp_trainer_check.py POLICY_DIR RUN_DIR DATA FSDP TENSOR`` builds the trainer of a toy
+one-turn environment on a (DATA, FSDP, TENSOR) mesh (``8`` devices are forced when the product is
+8), runs one iteration (rollouts from the sampler's decode copy, the sharded update, the weight
+sync) and prints one JSON object: the iteration's metrics and where the parameters live.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if int(sys.argv[3]) * int(sys.argv[4]) * int(sys.argv[5]) == 8:
+  os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import json  # noqa: E402
+
+import jax  # noqa: E402
+
+from rti_jax.config import load_config  # noqa: E402
+from rti_jax.envs.source import TaskSource  # noqa: E402
+from rti_jax.trainer import Trainer  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trainer_fixtures import LengthRewardEnv  # noqa: E402
+
+
+def main() -> None:
+  policy, run_dir, data, fsdp, tensor = sys.argv[1], sys.argv[2], *sys.argv[3:6]
+  cfg = load_config("navigation", [
+      f"policy.path={policy}", "loss.method=grpo", "rollout.tasks_per_iter=2", "rollout.group_size=4",
+      "rollout.max_new_tokens=6", "rollout.max_context=64", "train.iterations=1", "train.val_tasks=0",
+      "optim.length_chunks=1", "optim.lr=1e-6", "loss.beta=0", f"mesh.data={data}", f"mesh.fsdp={fsdp}",
+      f"mesh.tensor={tensor}"])
+  src = TaskSource(train=list(range(4)), test=[100], env_factory=LengthRewardEnv, task_id=str, subsets={},
+                   domain="navigation")
+  tr = Trainer(cfg, run_dir, source=src, progress=False)
+  specs = {jax.tree_util.keystr(p): str(x.sharding.spec)
+           for p, x in jax.tree_util.tree_leaves_with_path(tr.state.params)}
+  record = tr.iterate()
+  decode = {jax.tree_util.keystr(p): str(x.sharding.spec)
+            for p, x in jax.tree_util.tree_leaves_with_path(tr.backend.sampler.state)}
+  print(json.dumps({
+      "devices": jax.device_count(), "mesh": dict(tr.mesh.shape), "has_model": hasattr(tr, "model"),
+      "specs": specs, "decode_specs": decode, "record": {k: v for k, v in record.items() if isinstance(v, (int, float))},
+      "sampler_mesh": None if tr.backend.sampler.mesh is None else dict(tr.backend.sampler.mesh.shape),
+  }))
+
+
+if __name__ == "__main__":
+  main()
