@@ -193,7 +193,7 @@ def test_correction_prompt_equals_the_pipelines():
   ctx = step_context(ep, bad[d]["content"], "telecom")
   judgement = validator.validate([ctx])[0]
   assert not judgement.is_valid and judgement.error_types == (USER_SIDE_DEVICE_ACTION,)
-  assert "ask the user to run check_sim_status()" in judgement.suggest_next
+  assert "ask the user to run check_sim_status()" in judgement.feedback_suggestion  # what p_cal shows
   p_cal = fmt.with_extra_user_message(ep.context(), feedback_message(judgement))
   n = len(p_cal)
   assert list(ex.token_ids[:n]) == p_cal

@@ -138,7 +138,7 @@ def intervention_behaviour(backend: Any, formatter: ChatFormatter, world: World,
   stats.trajectories_intervened = len(trajs)
   stats.trajectories_with_accepted = sum(any(t.intervened_mask) for t in trajs)
   stats.trajectories_success = sum(t.reward >= 1.0 for t in trajs)
-  follow = [follows_suggestion(j.suggest_next, text) for j, text in rec.pairs]
+  follow = [follows_suggestion(j.feedback_suggestion, text) for j, text in rec.pairs]  # the hint p_cal shows
   research = [f for f in follow if f is not None]
   return {
     "tasks": len(tasks),
@@ -153,5 +153,5 @@ def intervention_behaviour(backend: Any, formatter: ChatFormatter, world: World,
     "mean_applied_ppl": stats.mean_accepted_ppl if stats.corrections_applied else float("nan"),
     "success_rate": stats.trajectories_success / max(1, len(trajs)),
     "stats": stats.as_dict(prefix=""),
-    "examples": [{"suggest_next": j.suggest_next, "correction": text} for j, text in rec.pairs[:3]],
+    "examples": [{"suggest_next": j.feedback_suggestion, "correction": text} for j, text in rec.pairs[:3]],
   }
