@@ -30,9 +30,9 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from models.config import QwenConfig
+from models.qwen import Qwen
 from models.weight_table import (WEIGHT_TABLE, Axes, TableEntry, WeightSpec, axis_units,  # noqa: F401 (re-exported)
                                   expand_table)
-from models.qwen import Qwen
 from rti_jax.sharding import LOGICAL_AXIS_RULES, Rules, logical_to_spec
 
 #: HF tensors that may appear in a checkpoint and carry no parameters we need.

@@ -16,7 +16,6 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
@@ -27,7 +26,6 @@ from models.qwen import Qwen, annotate_logical_axes
 from models.sampler import Sampler
 from models.weight_table import expand_table
 from rti_jax import sharding as S
-from rti_jax.objectives import LossConfig
 
 HERE = pathlib.Path(__file__).resolve().parent
 MESHES = ["1x8x1", "1x4x2", "2x2x2"]
