@@ -80,6 +80,10 @@ class EnvConfig:
   # Navigation: the tools reach the model through the chat template's ``tools=`` (a real chat model
   # sees its own tools layout) instead of a tools list in the system message (the tiny policies').
   tools_in_template: bool = False
+  # Navigation: share of each split built as hidden-city tasks (``envs.navigation.hidden``): nothing
+  # the policy sees tells the trip's city, the user does when asked (the ``ask_user`` tool, offered
+  # only when > 0). 0 leaves the world, the tasks and the tools as they were.
+  hidden_city_share: float = 0.0
 
 
 _ROLLOUT = rollout_lib.RolloutConfig()  # the runtime defaults the schema reads
@@ -297,6 +301,10 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     raise ConfigError(f"train.val_tasks: expected in [0, env.num_train={cfg.env.num_train}), got {cfg.train.val_tasks}")
   if cfg.env.rl_exclude_listed and cfg.env.name != "navigation":
     raise ConfigError(f"env.rl_exclude_listed: a Navigation option, got it with env.name={cfg.env.name!r}")
+  if not 0.0 <= cfg.env.hidden_city_share <= 1.0:
+    raise ConfigError(f"env.hidden_city_share: expected in [0, 1], got {cfg.env.hidden_city_share}")
+  if cfg.env.hidden_city_share > 0 and cfg.env.name != "navigation":
+    raise ConfigError(f"env.hidden_city_share: a Navigation option, got it with env.name={cfg.env.name!r}")
   if cfg.env.policy_text != "full" and cfg.env.name != "telecom":
     raise ConfigError(f"env.policy_text: a Telecom option, got {cfg.env.policy_text!r} with env.name={cfg.env.name!r}")
   if cfg.rollout.prefix_cache_mb < 0:

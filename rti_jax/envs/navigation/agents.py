@@ -15,6 +15,11 @@ Both search the stops in the order the request mentions them (``mention_order``)
 of the trip and searches it again with that region (Appendix D.4), then calls
 direction in the route order. ``NaiveAgent`` trusts the first result of each
 unregioned search.
+
+In a setting with hidden-city tasks (``hidden.py``; the system message offers ``ask_user``),
+``OracleAgent`` asks the user which city the places are in when no search result tells the trip's
+city (every stop is listed in several cities), then searches the stops with the city the user
+named: the honest path, which needs no reward-side evidence.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from typing import Any, Protocol
 
 from rti_jax.envs.base import Transcript
 from rti_jax.envs.navigation.env import NavigationEnv
-from rti_jax.envs.navigation.tasks import NavTask
+from rti_jax.envs.navigation.hidden import ASK_USER, told_cities
+from rti_jax.envs.navigation.tasks import NavTask, join_names
 from rti_jax.envs.tool_calls import ToolCall, parse_assistant_turn
 
 _POI_LINE = re.compile(r"^\d+\. name (?P<name>[^;]+); city (?P<city>[^;]+);(?: address [^;]+;)? location (?P<loc>[^;]+);")
@@ -35,6 +41,7 @@ _ROUTE = re.compile(r"distance (?P<km>[\d.]+) km; time (?P<min>\d+) min")
 
 SEARCH_FIRST = "I will search for each place first."
 PLAN_NOW = "I have the coordinates of all places. Now I plan the route."
+ASK_FIRST = "Every place was found in several cities and nothing tells which one you mean, so I ask you."
 
 
 class Agent(Protocol):
@@ -152,6 +159,27 @@ def search_resolution(messages: list[dict[str, Any]]
   return trip, best, off
 
 
+def offers_ask_user(messages: list[dict[str, Any]]) -> bool:
+  """The system message offers the ``ask_user`` tool (a setting with hidden-city tasks)."""
+  return any(m["role"] == "system" and ASK_USER in str(m["content"]) for m in messages)
+
+
+def user_answers(messages: list[dict[str, Any]]) -> tuple[dict[str, str], bool]:
+  """({place name (lower case): city} the user's replies to ``ask_user`` told, whether it was asked)."""
+  told: dict[str, str] = {}
+  asked = False
+  for call, obs in observed_searches(messages):
+    if call.name == ASK_USER:
+      asked = True
+      told.update(told_cities(obs))
+  return told, asked
+
+
+def _regioned_searches(messages: list[dict[str, Any]]) -> set[tuple[str, str]]:
+  return {(str(c.arguments.get("address")), str(c.arguments.get("region"))) for c, _ in observed_searches(messages)
+          if c.name == "poi_search" and "region" in c.arguments}
+
+
 def _direction_done(messages: list[dict[str, Any]]) -> bool:
   return any(call.name == "direction" and obs.startswith("route ok") for call, obs in observed_searches(messages))
 
@@ -192,6 +220,19 @@ class OracleAgent:
                for s in mention_order(task)]
       return render_turn(SEARCH_FIRST, calls)
     trip_city, best, off_names = search_resolution(messages)
+    told, asked = user_answers(messages)
+    if told:  # the user named the city: search again, with it, every stop found elsewhere
+      redo = [s for s in task.stops if s.name.lower() in told and s.name in best
+              and best[s.name][0].city != told[s.name.lower()]
+              and (s.name, told[s.name.lower()]) not in _regioned_searches(messages)]
+      if redo:
+        text = " ".join(f"You said {s.name} is in {told[s.name.lower()]}. I will search it there." for s in redo)
+        return render_turn(text, [ToolCall("poi_search", {"address": s.name, "region": told[s.name.lower()]})
+                                  for s in redo])
+    elif trip_city is None and not asked and offers_ask_user(messages):
+      names = [s.name for s in mention_order(task)]
+      question = f"Which city {'is' if len(names) == 1 else 'are'} {join_names(names)} in?"
+      return render_turn(ASK_FIRST, [ToolCall(ASK_USER, {"question": question})])
     off = [s for s in task.stops if s.name in off_names]  # in route order
     if off:
       text = " ".join(f"{s.name} was found in {best[s.name][0].city}, far from the other places in {trip_city}. "

@@ -40,6 +40,10 @@ class NavConfig:
   sample_radius_m: int = 50_000
   hint_prob: float = 0.07  # chance that a stop is mentioned with its city ("X in Taipei")
   noise_prob: float = 0.1  # chance that Stage 2 yields a flawed pair for Stage 3 to reject
+  # Share of each split built as hidden-city tasks (``hidden.py``): no visible evidence tells which
+  # city the stops are in, the user does (the ``ask_user`` tool, offered only when the share is > 0).
+  # 0 keeps the world, the tasks and the tools exactly as without the option.
+  hidden_city_share: float = 0.0
   # Episodes.
   max_turns: int = 6
   end_on_direction: bool = False  # end the episode right after a direction call (saves tokens)
@@ -56,6 +60,11 @@ class NavConfig:
       raise ValueError(f"max_results must be >= 1, got {self.max_results}")
     if self.max_turns < 1:
       raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+    if not 0.0 <= self.hidden_city_share <= 1.0:
+      raise ValueError(f"hidden_city_share must lie in [0, 1], got {self.hidden_city_share}")
+    if self.hidden_city_share > 0 and self.num_cities < self.max_results + 1:
+      raise ValueError(f"hidden_city_share > 0 needs num_cities >= max_results + 1 = {self.max_results + 1} "
+                       f"(a hidden city hides behind max_results namesakes), got {self.num_cities}")
     if self.pois_per_city < self.max_stops + 4:
       raise ValueError(f"pois_per_city must be >= max_stops + 4 = {self.max_stops + 4}, got {self.pois_per_city}")
 

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from rti_jax.envs.base import Environment, StepResult, Transcript
-from rti_jax.envs.navigation import tools
+from rti_jax.envs.navigation import hidden, tools
 from rti_jax.envs.navigation.reward import ORDER_RULES, score_direction
 from rti_jax.envs.navigation.tasks import NavTask
 from rti_jax.envs.navigation.world import World, normalize_location
@@ -35,6 +35,13 @@ TOOLS_FOOTER = (
     "<tool_call></tool_call> tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
     "</tool_call>"
 )
+# Settings with hidden-city tasks (``hidden.py``) add the ``ask_user`` tool and this rule.
+ASK_RULE = ("When every place of the request exists in several cities and nothing tells which city is meant, "
+            "ask the user with ask_user which city the places are in, then search them with that region.")
+CONDENSED_ASK = ("If every place exists in several cities and nothing tells which, ask the user first.\n"
+                 "Tools: poi_search(address, region); around_search(location, radius, keyword, region); "
+                 "direction(origin, destination, waypoints, mode: driving|walking|bicycling|electrobike|transit); "
+                 "ask_user(question).")
 NO_ACTION = "error: no tool call and no answer; call a tool or answer the user"
 TURN_LIMIT = "error: turn limit reached"
 
@@ -55,22 +62,31 @@ CONDENSED_PROMPT = (
 )
 
 
-def system_prompt(terse: bool = False, condensed: bool = False, with_tools: bool = True) -> str:
+def system_prompt(terse: bool = False, condensed: bool = False, with_tools: bool = True, ask_user: bool = False) -> str:
   """The system message: rules plus the tool schemas in Qwen's function-calling layout, or with
   ``condensed`` the short ``CONDENSED_PROMPT`` of the tiny setting.
 
   with_tools=False: the rules only (``SYSTEM_RULES``); the chat template then writes the tools
   block from ``tools=env.tool_schemas()`` (Qwen3's own ``# Tools`` layout), as a served model sees
   them through the chat endpoint's ``tools`` field.
+
+  ask_user: the setting has hidden-city tasks; the rules gain ``ASK_RULE`` and the tools
+  ``ask_user`` (the condensed prompt's tools line becomes ``CONDENSED_ASK``). False: the message is
+  the same text as without the option.
   """
+  rules = f"{SYSTEM_RULES} {ASK_RULE}" if ask_user else SYSTEM_RULES
   if not with_tools:
     if condensed:
       raise ValueError("condensed: CONDENSED_PROMPT lists the tools itself; expected with_tools=True")
-    return SYSTEM_RULES
+    return rules
   if condensed:
-    return CONDENSED_PROMPT
-  schemas = "\n".join(json.dumps(s, ensure_ascii=False, separators=(",", ":")) for s in tools.tool_schemas(terse))
-  return f"{SYSTEM_RULES}\n\n{TOOLS_HEADER}\n{schemas}\n{TOOLS_FOOTER}"
+    if not ask_user:
+      return CONDENSED_PROMPT
+    lines = CONDENSED_PROMPT.split("\n")  # rules, the tools line, the call format
+    return "\n".join([lines[0], CONDENSED_ASK, *lines[2:]])
+  schemas = "\n".join(json.dumps(s, ensure_ascii=False, separators=(",", ":"))
+                      for s in tools.tool_schemas(terse, ask_user))
+  return f"{rules}\n\n{TOOLS_HEADER}\n{schemas}\n{TOOLS_FOOTER}"
 
 
 class NavigationEnv(Environment):
@@ -84,6 +100,7 @@ class NavigationEnv(Environment):
     cfg = world.config
     self.world = world
     self.tools_in_prompt = bool(tools_in_prompt)
+    self.ask_user = cfg.hidden_city_share > 0  # the user answers ask_user (hidden.user_reply)
     if not self.tools_in_prompt and cfg.condensed_prompt:
       raise ValueError(f"tools_in_prompt=False needs a setting without condensed_prompt, got {cfg.name!r}")
     self.max_turns = cfg.max_turns if max_turns is None else max_turns
@@ -99,7 +116,7 @@ class NavigationEnv(Environment):
 
   # -- Environment interface
   def tool_schemas(self) -> list[dict[str, Any]]:
-    return tools.tool_schemas(self.world.config.terse)
+    return tools.tool_schemas(self.world.config.terse, self.ask_user)
 
   @property
   def transcript(self) -> Transcript:
@@ -120,7 +137,7 @@ class NavigationEnv(Environment):
     self._direction_error = False
     self._direction_snapshot = set()
     cfg = self.world.config
-    messages = [{"role": "system", "content": system_prompt(cfg.terse, cfg.condensed_prompt, self.tools_in_prompt)},
+    messages = [{"role": "system", "content": system_prompt(cfg.terse, cfg.condensed_prompt, self.tools_in_prompt, self.ask_user)},
                 {"role": "user", "content": task.query}]
     self._transcript = Transcript(task_id=task.task_id, messages=list(messages), info={
         "malformed": 0, "tool_calls": 0, "tool_errors": 0, "direction_calls": 0, "reward_reason": ""})
@@ -141,7 +158,10 @@ class NavigationEnv(Environment):
     direction_ok = False
     for call in parsed.tool_calls:
       tr.info["tool_calls"] += 1
-      result = tools.execute(self.world, call)
+      if self.ask_user and call.name == hidden.ASK_USER:
+        result = self._ask_user(call)
+      else:
+        result = tools.execute(self.world, call)
       if call.name == "direction":
         tr.info["direction_calls"] += 1
         # The final direction call decides the reward; a rejected one scores 0.
@@ -176,6 +196,14 @@ class NavigationEnv(Environment):
       reward = self._final_reward()
       tr.done, tr.reward = True, reward
     return StepResult(messages=out, done=done, reward=reward, info=dict(tr.info))
+
+  def _ask_user(self, call: Any) -> tools.ToolOutput:
+    """The user's reply (``hidden.user_reply``); reveals no coordinates."""
+    extra = sorted(set(call.arguments) - {"question"})
+    if extra:
+      return tools.ToolOutput(text=f"error: unexpected argument {json.dumps(extra[0][:60])} of ask_user", error=True)
+    text, error = hidden.user_reply(self.task, call.arguments)
+    return tools.ToolOutput(text=text, error=error)
 
   def replay(self, task: NavTask, assistant_turns: list[str]) -> list[StepResult]:
     """Resets to ``task`` and re-runs ``assistant_turns`` (tools are deterministic), stopping

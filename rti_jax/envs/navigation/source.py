@@ -18,7 +18,7 @@ def navigation_source(cfg: ExperimentConfig, tools_in_template: bool = False) ->
 
   bench = navigation.load_benchmark(
       cfg.env.setting, num_train=cfg.env.num_train, num_test=cfg.env.num_test, seed=cfg.env.seed,
-      max_turns=cfg.env.max_turns,
+      max_turns=cfg.env.max_turns, hidden_city_share=cfg.env.hidden_city_share,
   )
   world = bench.world
   listed = lambda t: listed_alternative(world, t)  # noqa: E731
@@ -28,8 +28,10 @@ def navigation_source(cfg: ExperimentConfig, tools_in_template: bool = False) ->
       env_factory=lambda: navigation.NavigationEnv(world, tools_in_prompt=not tools_in_template),
       task_id=lambda t: t.task_id,
       subsets={"disambiguation": lambda t: bool(t.needs_disambiguation), "listed_alternative": listed,
-               "research_only": lambda t: bool(t.needs_disambiguation) and not listed(t)},
+               "research_only": lambda t: bool(t.needs_disambiguation) and not listed(t),
+               **({"hidden_city": lambda t: bool(t.hidden_city)} if world.config.hidden_city_share > 0 else {})},
       domain="navigation",
       rl_exclude=listed if cfg.env.rl_exclude_listed else None,
-      tool_schemas=navigation.tool_schemas(world.config.terse) if tools_in_template else None,
+      tool_schemas=navigation.tool_schemas(world.config.terse, world.config.hidden_city_share > 0)
+      if tools_in_template else None,
   )

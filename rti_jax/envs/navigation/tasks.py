@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -48,6 +49,8 @@ class NavTask:
   stops: the reference route in order (origin, waypoints..., destination).
   order_level: 0-4, see ``reward.ORDER_RULES``.
   ambiguous: names of stops whose unregioned ``poi_search`` ranks another POI first.
+  hidden_city: a hidden-city task (``hidden.py``): no search result tells which city the stops are
+    in and the query names none; the user does, when asked (the ``ask_user`` tool).
   """
 
   task_id: str
@@ -57,6 +60,7 @@ class NavTask:
   mode: str
   template: str
   ambiguous: tuple[str, ...] = ()
+  hidden_city: bool = False
 
   @property
   def needs_disambiguation(self) -> bool:
@@ -76,6 +80,8 @@ class NavTask:
     d = dataclasses.asdict(self)
     d["stops"] = [dataclasses.asdict(s) for s in self.stops]
     d["ambiguous"] = list(self.ambiguous)
+    if not self.hidden_city:  # the files of settings without hidden-city tasks stay as they were
+      del d["hidden_city"]
     return d
 
   @classmethod
@@ -318,13 +324,7 @@ def generate_pool(world: World, num_tasks: int, rng: np.random.Generator,
         odd = stop_at(far[int(rng.integers(len(far)))], False)
         i = int(rng.integers(len(stops)))
         stops[i] = mentioned[i] = odd
-    level = int(rng.integers(0, 5))
-    options = [t for t in TEMPLATES if t[1] == level and len(mentioned) >= t[2]]
-    template = options[int(rng.integers(len(options)))][0]
-    mode = words.MODES[int(rng.integers(len(words.MODES)))]
-    prefix = PREFIXES[int(rng.integers(len(PREFIXES)))]
-    suffix = SUFFIXES[int(rng.integers(len(SUFFIXES)))]
-    query = render_query(template, mentioned, mode, prefix, suffix)
+    template, mode, query = draw_query(rng, mentioned)
     # Stage 3.
     reason = stage3_reject_reason(world, query, stops, template_level(template), 2 * cfg.sample_radius_m)
     key = frozenset(s.poi_id for s in stops)
@@ -340,14 +340,55 @@ def generate_pool(world: World, num_tasks: int, rng: np.random.Generator,
   return tasks
 
 
+def draw_query(rng: np.random.Generator, mentioned: Sequence[Stop]) -> tuple[str, str, str]:
+  """(template, mode, query) of a random order level, template, mode, prefix and suffix."""
+  level = int(rng.integers(0, 5))
+  options = [t for t in TEMPLATES if t[1] == level and len(mentioned) >= t[2]]
+  template = options[int(rng.integers(len(options)))][0]
+  mode = words.MODES[int(rng.integers(len(words.MODES)))]
+  prefix = PREFIXES[int(rng.integers(len(PREFIXES)))]
+  suffix = SUFFIXES[int(rng.integers(len(SUFFIXES)))]
+  return template, mode, render_query(template, mentioned, mode, prefix, suffix)
+
+
+def hidden_count(share: float, n: int) -> int:
+  """How many of a split's ``n`` tasks are hidden-city tasks: ``share * n`` rounded half up."""
+  return int(math.floor(share * n + 0.5))
+
+
 def build_splits(world: World, report: GenerationReport | None = None) -> dict[str, list[NavTask]]:
-  """The deterministic train/test split of ``world.config`` (test drawn first, then train)."""
+  """The deterministic train/test split of ``world.config`` (test drawn first, then train).
+
+  With ``hidden_city_share > 0``, ``hidden_count(share, n)`` tasks of each split are hidden-city
+  tasks (``hidden.generate_hidden``, their own random stream), shuffled in among the others.
+  """
   cfg = world.config
   rng = np.random.default_rng([cfg.seed, 202])
-  pool = generate_pool(world, cfg.num_test + cfg.num_train, rng, report)
-  splits = {"test": pool[: cfg.num_test], "train": pool[cfg.num_test:]}
+  if cfg.hidden_city_share > 0:
+    splits = _mixed_splits(world, rng, report)
+  else:
+    pool = generate_pool(world, cfg.num_test + cfg.num_train, rng, report)
+    splits = {"test": pool[: cfg.num_test], "train": pool[cfg.num_test:]}
   return {split: [dataclasses.replace(t, task_id=f"nav-{cfg.name}-{split}-{i:04d}") for i, t in enumerate(ts)]
           for split, ts in splits.items()}
+
+
+def _mixed_splits(world: World, rng: np.random.Generator,
+                  report: GenerationReport | None) -> dict[str, list[NavTask]]:
+  from rti_jax.envs.navigation.hidden import generate_hidden
+
+  cfg = world.config
+  report = report if report is not None else GenerationReport()
+  h_test, h_train = hidden_count(cfg.hidden_city_share, cfg.num_test), hidden_count(cfg.hidden_city_share, cfg.num_train)
+  r_test = cfg.num_test - h_test
+  pool = generate_pool(world, r_test + cfg.num_train - h_train, rng, report)
+  seen = {frozenset(s.poi_id for s in t.stops) for t in pool}
+  hidden = generate_hidden(world, h_test + h_train, np.random.default_rng([cfg.seed, 203]), seen, report)
+  mix = np.random.default_rng([cfg.seed, 204])
+  out = {}
+  for split, tasks in (("test", pool[:r_test] + hidden[:h_test]), ("train", pool[r_test:] + hidden[h_test:])):
+    out[split] = [tasks[int(i)] for i in mix.permutation(len(tasks))]
+  return out
 
 
 def save_tasks(tasks: Iterable[NavTask], path: str | Path) -> None:

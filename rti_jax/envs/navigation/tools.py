@@ -55,8 +55,18 @@ class ToolOutput:
   route: tuple[str, tuple[str, ...], str] | None = None
 
 
-def tool_schemas(terse: bool = False) -> list[dict[str, Any]]:
-  """OpenAI/Qwen function-calling schemas of the three tools (``terse``: without descriptions)."""
+ASK_USER_SCHEMA: dict[str, Any] = {"type": "function", "function": {
+    "name": "ask_user",
+    "description": "Ask the user a question about their request, for example which city a place is in.",
+    "parameters": {"type": "object", "properties": {
+        "question": {"type": "string", "description": "the question, naming the places it is about"},
+    }, "required": ["question"]}}}
+
+
+def tool_schemas(terse: bool = False, ask_user: bool = False) -> list[dict[str, Any]]:
+  """OpenAI/Qwen function-calling schemas of the three tools (``terse``: without descriptions);
+  ``ask_user``: a fourth, ``ask_user(question)``, answered by the env's user (settings with
+  hidden-city tasks, ``hidden.py``)."""
   schemas = [
       {"type": "function", "function": {
           "name": "poi_search",
@@ -85,6 +95,8 @@ def tool_schemas(terse: bool = False) -> list[dict[str, Any]]:
                             "description": "stops between origin and destination as lon,lat, at most 16"},
           }, "required": ["origin", "destination"]}}},
   ]
+  if ask_user:
+    schemas.append(ASK_USER_SCHEMA)
   return [_strip_descriptions(s) for s in schemas] if terse else schemas
 
 

@@ -13,6 +13,7 @@ import dataclasses
 import math
 import re
 from decimal import Decimal, InvalidOperation
+from typing import Sequence
 
 import numpy as np
 
@@ -267,4 +268,54 @@ def build_world(config: NavConfig) -> World:
           rating=f"{rng.integers(30, 50) / 10:.1f}",
           hours=f"{open_h}-{open_h + int(rng.integers(8, 13))}",
       ))
+  if config.hidden_city_share > 0:
+    pois += hidden_city_decoys(config, pois, city_names, seen_locations)
   return World(config=config, pois=tuple(pois), cities=city_names)
+
+
+def hidden_city_decoys(config: NavConfig, pois: list[POI], cities: Sequence[str],
+                       seen_locations: set[str]) -> list[POI]:
+  """Namesakes that let a city hide (only with ``hidden_city_share > 0``; own random stream).
+
+  The cities are drawn into groups of ``max_results + 1``. In each group, every city gives
+  ``max_stops + 2`` of its scenic spots whose name no other city has (fewer if it has fewer), and
+  each of those names gets a namesake in every other city of the group, more popular than the
+  original. An unregioned search for such a name then lists ``max_results`` namesakes and never the
+  original, and every city of the group holds every name its cities gave, so a trip made of one
+  city's names is consistent with each city of the group (``hidden.py`` builds such trips).
+  """
+  rng = np.random.default_rng([config.seed, 103])
+  size = config.max_results + 1
+  order = [cities[i] for i in rng.permutation(len(cities))]
+  centres = {c[0]: (c[1], c[2]) for c in words.CITIES}
+  counts: dict[str, int] = {}
+  for p in pois:
+    counts[p.name] = counts.get(p.name, 0) + 1
+  out: list[POI] = []
+  for g in range(len(order) // size):
+    group = order[g * size:(g + 1) * size]
+    for city in group:
+      own = [p for p in pois if p.city == city and p.is_scenic and counts[p.name] == 1]
+      take = min(len(own), config.max_stops + 2)
+      for i in sorted(rng.choice(len(own), size=take, replace=False)):
+        original = own[int(i)]
+        for other in group:
+          if other == city:
+            continue
+          clon, clat = centres[other]
+          while True:
+            r = CITY_RADIUS_KM * math.sqrt(rng.random())
+            theta = 2 * math.pi * rng.random()
+            lon, lat = _offset(clon, clat, r * math.cos(theta), r * math.sin(theta))
+            loc = format_location(lon, lat, config.decimals)
+            if loc not in seen_locations:
+              break
+          seen_locations.add(loc)
+          lon_s, lat_s = loc.split(",")
+          low = original.popularity
+          out.append(dataclasses.replace(
+              original, poi_id=f"P{len(pois) + len(out):04d}", city=other, location=loc, lon=float(lon_s),
+              lat=float(lat_s), popularity=low + (1.0 - low) * (0.05 + 0.9 * float(rng.random())),
+              address=f"{int(rng.integers(1, 200))} {words.STEMS[int(rng.integers(len(words.STEMS)))]} "
+                      f"{words.STREET_KINDS[int(rng.integers(len(words.STREET_KINDS)))]}"))
+  return out
