@@ -2,7 +2,8 @@
 
 Every episode below is played in this port (``TelecomEnv``, its scripted user and its reward),
 then converted into tau2's messages with every tool reply from tau2's own Telecom environment
-(``tau2_bridge``) and scored by tau2's ``evaluate_simulation``; the two rewards must be equal.
+(``tau2_bridge``) and scored by tau2's ``evaluate_simulation``; the two rewards must be equal, and
+so must every env assertion's and expected action's result where the episode is scored.
 Episode families: gold replays (tool names and plain words), do-nothing, ``ChecklistAgent``,
 sampled episodes of the shipped policy, and perturbed episodes that probe the port's edges: each
 gold fix skipped in turn, repeated and excessive calls, calls that fail, the fixes in other
@@ -104,6 +105,7 @@ EXCESSIVE = [  # calls tau2 accepts that a good agent would not make
     ("agent", "enable_roaming", {"customer_id": CID, "line_id": LID}),
     ("agent", "suspend_line", {"customer_id": CID, "line_id": LID, "reason": "user request"}),
     ("agent", "send_payment_request", {"customer_id": CID, "bill_id": "B1002"}),
+    ("agent", "send_payment_request", {"customer_id": CID, "bill_id": "B1001"}),  # a Paid bill (not checked)
     ("agent", "get_bills_for_customer", {"customer_id": CID, "limit": 1}),
     ("agent", "get_customer_by_name", {"full_name": "john smith", "dob": "1985-06-15"}),
     ("user", "toggle_airplane_mode", {}),
@@ -193,12 +195,19 @@ def play(env: TelecomEnv, task: Any, how: Any) -> dict[str, Any]:
 
 
 def mismatches(family: str, records: list[dict[str, Any]]) -> list[str]:
+  """One line per episode whose reward, or (for a scored ending) any env assertion's or expected
+  action's result, differs from tau2's."""
   out = []
   for rec in records:
     theirs = tb.score(rec)
-    if theirs.reward != rec["reward"]:
-      out.append(f"{family}: {rec['task'].task_id}: ours {rec['reward']} ({rec['termination']}) vs tau2 "
-                 f"{theirs.reward} {theirs.breakdown}; tau2 assertions {theirs.env_assertions} actions {theirs.actions}")
+    ours = rec["evaluation"]
+    checks_differ = bool(theirs.breakdown) and (
+        [ok for _, ok in ours["assertions"]] != [ok for _, ok in theirs.env_assertions]
+        or [ok for _, ok in ours["actions"]] != [ok for _, ok in theirs.actions])
+    if theirs.reward != rec["reward"] or checks_differ:
+      out.append(f"{family}: {rec['task'].task_id}: ours {rec['reward']} ({rec['termination']}) "
+                 f"{ours['assertions']} {ours['actions']} vs tau2 {theirs.reward} {theirs.breakdown} "
+                 f"{theirs.env_assertions} {theirs.actions}")
   return out
 
 
@@ -243,6 +252,7 @@ def test_gold_checklist_and_do_nothing_match_on_a_few_tasks():
       rec = play(env, task, how)
       theirs = tb.score(rec)
       assert rec["reward"] == theirs.reward == want, (task.task_id, theirs.breakdown, theirs.env_assertions)
+      assert not mismatches("few", [rec])
       seen.update(theirs.breakdown.keys())
   assert seen == {"ENV_ASSERTION": 15, "ACTION": 3}
 

@@ -94,7 +94,8 @@ def tau2_task(task: TelecomTask) -> Any:
 
 def episode_record(env: Any) -> dict[str, Any]:
   """A finished ``TelecomEnv`` episode as plain data: ``task`` (the TelecomTask),
-  ``termination`` (ours), ``reward`` (ours) and ``turns``: per turn ``assistant`` (the
+  ``termination``, ``reward`` and ``evaluation`` (ours: ``RewardInfo.to_dict()``, each
+  assertion's and expected action's result) and ``turns``: per turn ``assistant`` (the
   text, None for a user-only step), ``agent_calls`` / ``user_calls`` ([{name, arguments}])
   and ``user_reply`` (None when the user did not answer)."""
   transcript = env.transcript
@@ -105,7 +106,7 @@ def episode_record(env: Any) -> dict[str, Any]:
             "user_calls": [{"name": c["name"], "arguments": c["arguments"]} for c in t["user_calls"]],
             "user_reply": t["user_reply"]} for t in transcript.info["turns"]]
   return {"task": env._task, "termination": transcript.info["termination"], "reward": transcript.reward,
-          "turns": turns}
+          "evaluation": transcript.info.get("evaluation"), "turns": turns}
 
 
 class _CountingIds:
