@@ -83,6 +83,25 @@ def test_hidden_tasks_at_the_configured_share_in_train_and_test(name):
   assert saved == _hidden(b)[0] and saved.hidden_city
 
 
+@pytest.mark.parametrize("name", ["tiny", "paper"])
+def test_the_other_tasks_are_the_default_splits_tasks_with_their_ids(name):
+  """The tasks that are not hidden-city tasks: the first n - hidden_count(n) of each default split,
+  with the same ids; their stops' exact search results are the same in the larger world."""
+  b, d = bench(name), nav.load_benchmark(name)
+  for split in ("train", "test"):
+    mixed, default = getattr(b, split), getattr(d, split)
+    regular = sorted((t for t in mixed if not t.hidden_city), key=lambda t: t.task_id)
+    assert [t.to_dict() for t in regular] == [t.to_dict() for t in default[:len(regular)]]
+    assert all(re.fullmatch(rf"nav-{name}-{split}-hidden-\d{{4}}", t.task_id) for t in mixed if t.hidden_city)
+  assert b.world.pois[:len(d.world.pois)] == d.world.pois
+  for t in b.test[:40]:
+    if not t.hidden_city:
+      for s in t.stops:
+        exact = lambda w: [(c.city, c.location) for c in parse_candidates(poi_search(w, {"address": s.name}).text)
+                           if c.name == s.name]  # noqa: E731
+        assert exact(b.world) == exact(d.world)
+
+
 def test_hidden_count_and_other_shares():
   assert [hidden_count(s, 150) for s in (0.0, 0.1, 0.3, 1.0)] == [0, 15, 45, 150]
   assert hidden_count(0.5, 5) == 3  # half up

@@ -1,6 +1,6 @@
 """CLI: regenerate the Navigation tasks, print their statistics, dump agent transcripts.
 
-    python -m rti_jax.envs.navigation stats [--config tiny|paper|both]
+    python -m rti_jax.envs.navigation stats [--config tiny|paper|both] [--hidden-city-share 0.3]
     python -m rti_jax.envs.navigation generate --config tiny --out data/navigation
     python -m rti_jax.envs.navigation sft --config tiny --agent oracle --split train --out sft.jsonl
 """
@@ -25,7 +25,8 @@ AGENTS = {"oracle": OracleAgent, "naive": NaiveAgent}
 
 def _bench(args: argparse.Namespace, name: str) -> Benchmark:
   overrides = {k: v for k, v in (("seed", args.seed), ("num_train", args.num_train), ("num_test", args.num_test),
-                                 ("min_stops", args.min_stops), ("max_stops", args.max_stops)) if v is not None}
+                                 ("min_stops", args.min_stops), ("max_stops", args.max_stops),
+                                 ("hidden_city_share", args.hidden_city_share)) if v is not None}
   return load_benchmark(name, **overrides)
 
 
@@ -46,6 +47,8 @@ def split_stats(bench: Benchmark) -> dict[str, dict[str, object]]:
         **{f"order level {k}": f"{levels[k]} ({100 * levels[k] / len(tasks):.1f}%)" for k in range(5)},
         "need disambiguation": f"{100 * sum(t.needs_disambiguation for t in tasks) / len(tasks):.1f}%",
         "with a city hint": f"{100 * sum(any(s.hinted for s in t.stops) for t in tasks) / len(tasks):.1f}%",
+        **({"hidden city (ask the user)": f"{sum(t.hidden_city for t in tasks)}"}
+           if bench.config.hidden_city_share > 0 else {}),
         "query words mean": f"{statistics.mean(len(t.query.split()) for t in tasks):.1f}",
         "oracle turns mean": f"{statistics.mean(tr.num_turns for tr in oracle):.2f}",
         "oracle episode tokens mean/max (no system)": f"{statistics.mean(tokens):.0f}/{max(tokens)}",
@@ -107,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-test", type=int)
     p.add_argument("--min-stops", type=int)
     p.add_argument("--max-stops", type=int)
+    p.add_argument("--hidden-city-share", type=float, help="share of hidden-city tasks per split (docs/navigation.md)")
     if name == "generate":
       p.add_argument("--out", required=True)
     if name == "sft":

@@ -1,7 +1,8 @@
 """Hidden-city tasks and the user who answers ``ask_user`` (settings with ``hidden_city_share > 0``).
 
 A hidden-city task is a trip in one city X whose every stop has namesakes in other cities
-(``world.hidden_city_decoys``) and whose query names no city:
+(``world.hidden_city_pois``: places added only in these settings, under names no other place has)
+and whose query names no city:
 
 * an unregioned ``poi_search`` of any stop lists ``max_results`` namesakes and never the stop in X
   (so the first results never show X, and trusting them gets every stop wrong);
@@ -28,7 +29,7 @@ import numpy as np
 from rti_jax.envs.navigation.tasks import (GenerationReport, NavTask, Stop, draw_query, join_names, stage3_reject_reason,
                                            stop_at, template_level, unregioned_misses, annotate_order_level)
 from rti_jax.envs.navigation.tools import rank_text_search
-from rti_jax.envs.navigation.world import POI, World
+from rti_jax.envs.navigation.world import POI, World, base_size
 
 ASK_USER = "ask_user"
 NO_PLACE = "Which place do you mean? Please name a place of my request."
@@ -49,9 +50,10 @@ def hides_city(world: World, poi: POI) -> bool:
 
 
 def hidden_pois(world: World) -> dict[str, list[POI]]:
-  """Per city, its scenic spots that an unregioned search hides behind namesakes elsewhere."""
+  """Per city, its hidden-city places (``world.hidden_city_pois``) that an unregioned search hides
+  behind namesakes elsewhere."""
   out: dict[str, list[POI]] = {}
-  for p in world.pois:
+  for p in world.pois[base_size(world.config):]:
     if p.is_scenic and len(world.instances(p.name)) > 1 and hides_city(world, p):
       out.setdefault(p.city, []).append(p)
   return out
@@ -82,7 +84,7 @@ def generate_hidden(world: World, num_tasks: int, rng: np.random.Generator, seen
   pools = {c: ps for c, ps in sorted(hidden_pois(world).items()) if len(ps) >= cfg.min_stops}
   if num_tasks and not pools:
     raise RuntimeError(f"no city has {cfg.min_stops} scenic spots hidden behind namesakes; "
-                       f"hidden-city tasks need the decoys of hidden_city_share > 0")
+                       f"hidden-city tasks need the places that hidden_city_share > 0 adds")
   cities = list(pools)
   seen = set(seen)
   tasks: list[NavTask] = []

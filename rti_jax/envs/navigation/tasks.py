@@ -28,7 +28,7 @@ import numpy as np
 from rti_jax.envs.navigation import words
 from rti_jax.envs.navigation.reward import Route
 from rti_jax.envs.navigation.tools import around, rank_text_search
-from rti_jax.envs.navigation.world import POI, World, haversine_m
+from rti_jax.envs.navigation.world import POI, World, base_world, haversine_m
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,34 +359,37 @@ def hidden_count(share: float, n: int) -> int:
 def build_splits(world: World, report: GenerationReport | None = None) -> dict[str, list[NavTask]]:
   """The deterministic train/test split of ``world.config`` (test drawn first, then train).
 
-  With ``hidden_city_share > 0``, ``hidden_count(share, n)`` tasks of each split are hidden-city
-  tasks (``hidden.generate_hidden``, their own random stream), shuffled in among the others.
+  With ``hidden_city_share > 0``, each split of n tasks holds ``hidden_count(share, n)``
+  hidden-city tasks (``hidden.generate_hidden``, their own random stream; ids
+  ``nav-<setting>-<split>-hidden-<i>``) and the first n - that many tasks of the split the share 0
+  gives (drawn on the world without the hidden-city places, ids kept), shuffled together.
   """
   cfg = world.config
   rng = np.random.default_rng([cfg.seed, 202])
+  pool = generate_pool(base_world(world), cfg.num_test + cfg.num_train, rng, report)
+  splits = {"test": pool[: cfg.num_test], "train": pool[cfg.num_test:]}
+  splits = {split: [dataclasses.replace(t, task_id=f"nav-{cfg.name}-{split}-{i:04d}") for i, t in enumerate(ts)]
+            for split, ts in splits.items()}
   if cfg.hidden_city_share > 0:
-    splits = _mixed_splits(world, rng, report)
-  else:
-    pool = generate_pool(world, cfg.num_test + cfg.num_train, rng, report)
-    splits = {"test": pool[: cfg.num_test], "train": pool[cfg.num_test:]}
-  return {split: [dataclasses.replace(t, task_id=f"nav-{cfg.name}-{split}-{i:04d}") for i, t in enumerate(ts)]
-          for split, ts in splits.items()}
+    splits = _with_hidden(world, splits, report)
+  return splits
 
 
-def _mixed_splits(world: World, rng: np.random.Generator,
-                  report: GenerationReport | None) -> dict[str, list[NavTask]]:
+def _with_hidden(world: World, splits: dict[str, list[NavTask]],
+                 report: GenerationReport | None) -> dict[str, list[NavTask]]:
   from rti_jax.envs.navigation.hidden import generate_hidden
 
   cfg = world.config
-  report = report if report is not None else GenerationReport()
-  h_test, h_train = hidden_count(cfg.hidden_city_share, cfg.num_test), hidden_count(cfg.hidden_city_share, cfg.num_train)
-  r_test = cfg.num_test - h_test
-  pool = generate_pool(world, r_test + cfg.num_train - h_train, rng, report)
-  seen = {frozenset(s.poi_id for s in t.stops) for t in pool}
-  hidden = generate_hidden(world, h_test + h_train, np.random.default_rng([cfg.seed, 203]), seen, report)
+  counts = {split: hidden_count(cfg.hidden_city_share, len(splits[split])) for split in ("test", "train")}
+  seen = {frozenset(s.poi_id for s in t.stops) for ts in splits.values() for t in ts}
+  hidden = generate_hidden(world, counts["test"] + counts["train"], np.random.default_rng([cfg.seed, 203]), seen,
+                           report)
+  parts = {"test": hidden[:counts["test"]], "train": hidden[counts["test"]:]}
   mix = np.random.default_rng([cfg.seed, 204])
   out = {}
-  for split, tasks in (("test", pool[:r_test] + hidden[:h_test]), ("train", pool[r_test:] + hidden[h_test:])):
+  for split in ("test", "train"):
+    tasks = splits[split][:len(splits[split]) - counts[split]] + [
+        dataclasses.replace(t, task_id=f"nav-{cfg.name}-{split}-hidden-{i:04d}") for i, t in enumerate(parts[split])]
     out[split] = [tasks[int(i)] for i in mix.permutation(len(tasks))]
   return out
 

@@ -269,40 +269,59 @@ def build_world(config: NavConfig) -> World:
           hours=f"{open_h}-{open_h + int(rng.integers(8, 13))}",
       ))
   if config.hidden_city_share > 0:
-    pois += hidden_city_decoys(config, pois, city_names, seen_locations)
+    pois += hidden_city_pois(config, pois, city_names, seen_locations)
   return World(config=config, pois=tuple(pois), cities=city_names)
 
 
-def hidden_city_decoys(config: NavConfig, pois: list[POI], cities: Sequence[str],
-                       seen_locations: set[str]) -> list[POI]:
-  """Namesakes that let a city hide (only with ``hidden_city_share > 0``; own random stream).
+def base_size(config: NavConfig) -> int:
+  """How many POIs ``build_world`` places before any hidden-city places (every city gets exactly
+  ``pois_per_city``)."""
+  return config.num_cities * config.pois_per_city
 
-  The cities are drawn into groups of ``max_results + 1``. In each group, every city gives
-  ``max_stops + 2`` of its scenic spots whose name no other city has (fewer if it has fewer), and
-  each of those names gets a namesake in every other city of the group, more popular than the
-  original. An unregioned search for such a name then lists ``max_results`` namesakes and never the
-  original, and every city of the group holds every name its cities gave, so a trip made of one
-  city's names is consistent with each city of the group (``hidden.py`` builds such trips).
+
+def base_world(world: World) -> World:
+  """``world`` without its hidden-city places (the world of ``hidden_city_share = 0``)."""
+  n = base_size(world.config)
+  return world if len(world.pois) == n else World(config=world.config, pois=world.pois[:n], cities=world.cities)
+
+
+def hidden_city_pois(config: NavConfig, pois: list[POI], cities: Sequence[str],
+                     seen_locations: set[str]) -> list[POI]:
+  """Places that let a city hide (only with ``hidden_city_share > 0``; own random stream).
+
+  The cities are drawn into groups of ``max_results + 1``. Each city of a group gets
+  ``max_stops + 2`` scenic names that no other place has (fewer when the name inventory runs
+  short), each placed in every city of the group, the home city's place less popular than all its
+  namesakes. An unregioned search for such a name then lists ``max_results`` namesakes and never
+  the home city's place, and every city of the group holds every name its cities got, so a trip
+  made of one city's new names is consistent with each city of the group (``hidden.py`` builds
+  such trips). The names are new, so the other places' exact search results do not change.
   """
   rng = np.random.default_rng([config.seed, 103])
   size = config.max_results + 1
   order = [cities[i] for i in rng.permutation(len(cities))]
+  groups = [order[g * size:(g + 1) * size] for g in range(len(order) // size)]
+  used = {p.name for p in pois}
+  free = [f"{s} {c}" for s in words.STEMS for c in words.SCENIC_CATEGORIES if f"{s} {c}" not in used]
+  free = [free[i] for i in rng.permutation(len(free))]
+  per_city = min(config.max_stops + 2, len(free) // max(1, size * len(groups)))
+  if per_city < config.min_stops:
+    raise ValueError(f"the name inventory is too small for hidden-city places: {len(free)} free names for "
+                     f"{size * len(groups)} cities of min_stops={config.min_stops} each")
   centres = {c[0]: (c[1], c[2]) for c in words.CITIES}
-  counts: dict[str, int] = {}
-  for p in pois:
-    counts[p.name] = counts.get(p.name, 0) + 1
   out: list[POI] = []
-  for g in range(len(order) // size):
-    group = order[g * size:(g + 1) * size]
-    for city in group:
-      own = [p for p in pois if p.city == city and p.is_scenic and counts[p.name] == 1]
-      take = min(len(own), config.max_stops + 2)
-      for i in sorted(rng.choice(len(own), size=take, replace=False)):
-        original = own[int(i)]
-        for other in group:
-          if other == city:
-            continue
-          clon, clat = centres[other]
+  for group in groups:
+    for home in group:
+      for _ in range(per_city):
+        name = free.pop()
+        category = name.split()[1]
+        others = sorted(float(rng.random()) for _ in range(size - 1))
+        popularity = {home: others[0] * (0.05 + 0.9 * float(rng.random()))}
+        popularity.update(zip([c for c in group if c != home], (o for o in others)))
+        open_h = int(rng.integers(6, 10))
+        rating, hours = f"{rng.integers(30, 50) / 10:.1f}", f"{open_h}-{open_h + int(rng.integers(8, 13))}"
+        for city in group:
+          clon, clat = centres[city]
           while True:
             r = CITY_RADIUS_KM * math.sqrt(rng.random())
             theta = 2 * math.pi * rng.random()
@@ -312,10 +331,9 @@ def hidden_city_decoys(config: NavConfig, pois: list[POI], cities: Sequence[str]
               break
           seen_locations.add(loc)
           lon_s, lat_s = loc.split(",")
-          low = original.popularity
-          out.append(dataclasses.replace(
-              original, poi_id=f"P{len(pois) + len(out):04d}", city=other, location=loc, lon=float(lon_s),
-              lat=float(lat_s), popularity=low + (1.0 - low) * (0.05 + 0.9 * float(rng.random())),
-              address=f"{int(rng.integers(1, 200))} {words.STEMS[int(rng.integers(len(words.STEMS)))]} "
-                      f"{words.STREET_KINDS[int(rng.integers(len(words.STREET_KINDS)))]}"))
+          street = f"{int(rng.integers(1, 200))} {words.STEMS[int(rng.integers(len(words.STEMS)))]} " \
+                   f"{words.STREET_KINDS[int(rng.integers(len(words.STREET_KINDS)))]}"
+          out.append(POI(poi_id=f"P{len(pois) + len(out):04d}", name=name, category=category, type=words.SCENIC_TYPE,
+                         city=city, address=street, location=loc, lon=float(lon_s), lat=float(lat_s),
+                         popularity=popularity[city], rating=rating, hours=hours))
   return out
