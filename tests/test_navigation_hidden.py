@@ -107,6 +107,8 @@ def test_hidden_count_and_other_shares():
   assert hidden_count(0.5, 5) == 3  # half up
   b = nav.load_benchmark("tiny", hidden_city_share=0.1, num_train=40, num_test=20)
   assert (sum(t.hidden_city for t in b.train), sum(t.hidden_city for t in b.test)) == (4, 2)
+  with pytest.raises(RuntimeError, match="allow at most 450 distinct stop sets"):
+    nav.load_benchmark("tiny", hidden_city_share=1.0)
   with pytest.raises(ValueError, match="hidden_city_share must lie in"):
     nav.get_config("tiny", hidden_city_share=1.5)
 
@@ -239,6 +241,9 @@ def test_config_key_reaches_the_task_source():
   assert load_config("navigation").env.hidden_city_share == 0.0
   cfg = load_config("navigation_qwen3_8b", ["policy.path=/p"])
   assert cfg.env.hidden_city_share == 0.3
+  paper = task_source(cfg)  # tools through the chat template: ask_user among them
+  assert [t["function"]["name"] for t in paper.tool_schemas][-1] == "ask_user"
+  assert sum(t.hidden_city for t in paper.test) == 45
   src = task_source(load_config("navigation", ["env.hidden_city_share=0.3", "env.num_train=100", "env.num_test=20",
                                                "train.val_tasks=10"]))
   assert sum(src.subsets["hidden_city"](t) for t in src.test) == 6

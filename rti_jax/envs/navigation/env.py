@@ -8,6 +8,11 @@ searches for its stops fails. The episode ends when the agent answers (a turn
 with text and no calls), when ``max_turns`` assistant turns were taken, or, with
 ``end_on_direction``, right after a successful direction call. Its reward is
 ``reward.score_direction`` of the last direction call.
+
+In a setting with hidden-city tasks (``hidden_city_share > 0``, docs/navigation.md) the env also
+answers ``ask_user(question)`` as the user who knows their own plan (``hidden.user_reply``: the
+city of each stop the question names, no coordinates); the system message and the tool list then
+offer it. Otherwise ``ask_user`` is an unknown tool, as before.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ in several cities), so it solves these tasks without the evidence; ``NaiveAgent`
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Sequence
 
@@ -86,6 +87,11 @@ def generate_hidden(world: World, num_tasks: int, rng: np.random.Generator, seen
     raise RuntimeError(f"no city has {cfg.min_stops} scenic spots hidden behind namesakes; "
                        f"hidden-city tasks need the places that hidden_city_share > 0 adds")
   cities = list(pools)
+  capacity = sum(math.comb(len(ps), n) for ps in pools.values()
+                 for n in range(cfg.min_stops, min(cfg.max_stops, len(ps)) + 1))
+  if num_tasks > capacity:
+    raise RuntimeError(f"{num_tasks} hidden-city tasks requested, but the hidden-city places allow at most "
+                       f"{capacity} distinct stop sets; lower hidden_city_share or the split sizes")
   seen = set(seen)
   tasks: list[NavTask] = []
   draws, max_draws = 0, 50 * num_tasks + 1000

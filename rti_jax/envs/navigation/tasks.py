@@ -11,6 +11,10 @@ Stage 2: a colloquial query from varied templates that mentions every stop exact
 Stage 3: a filter applying the paper's rejection criteria (spurious, missing,
   geographically implausible, unclear), plus "unresolvable": an ambiguous name
   with no way for the agent to tell which city is meant.
+
+With ``hidden_city_share > 0`` a share of each split is made of hidden-city tasks instead
+(``hidden.py``, docs/navigation.md): tasks that "unresolvable" would reject, on purpose, whose
+city only the user can tell (the ``ask_user`` tool).
 """
 
 from __future__ import annotations
