@@ -11,6 +11,7 @@ trainer to iteration 2. Process 0 writes
 ``OUT/result.json`` (records, evaluation) and ``OUT/params_{full,cut}.npz`` (final parameters);
 every process writes ``OUT/writes_<pid>.json``: the files it opened for writing, or renamed, under
 OUT (a Python audit hook; orbax's own writes go through tensorstore and are not seen).
+Both processes also name a run directory (``reporting.make_run_dir``), process 1 a little later.
 ``MULTIHOST_CHECK_OVERRIDES`` in the environment: more config overrides (space-separated).
 """
 
@@ -20,10 +21,14 @@ import json
 import os
 import pathlib
 import sys
+import time
 
 POLICY, OUT, MODE = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3]
 PID = int(sys.argv[4]) if MODE == "multi" else 0
-os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={8 if MODE == 'single' else 4}"
+# Ops run on their device's thread (no intra-op tasks queued behind threads blocked in a collective's
+# rendezvous); a rendezvous that still starves aborts after 120 s (XLA's in-process CPU collectives).
+os.environ["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count={8 if MODE == 'single' else 4} "
+                           "--xla_cpu_multi_thread_eigen=false --xla_cpu_collective_call_terminate_timeout_seconds=120")
 
 _WRITES: list[str] = []
 _ROOT = str(OUT.resolve())
@@ -54,7 +59,7 @@ import numpy as np  # noqa: E402
 # rendezvous (8 device threads must meet); run them one at a time.
 jax.config.update("jax_cpu_enable_async_dispatch", False)
 
-from rti_jax import distributed  # noqa: E402
+from rti_jax import distributed, reporting  # noqa: E402
 from rti_jax.config import load_config  # noqa: E402
 from rti_jax.envs.source import TaskSource  # noqa: E402
 from rti_jax.trainer import TIMING_KEYS, Trainer  # noqa: E402
@@ -90,6 +95,9 @@ def main() -> None:
   cfg = config()
   full = Trainer(cfg, OUT / "full", source=source(), progress=False)
   assert jax.process_count() == (2 if MODE == "multi" else 1) and jax.device_count() == 8
+  if PID == 1:
+    time.sleep(1.5)  # a timestamp of its own would now differ from process 0's
+  run_dir = reporting.make_run_dir(OUT / "runs", "toy")
   records = full.train()
   ev = full.evaluate(full.source.test, 4, seed=5)
   full.export(OUT / "full" / "policy")
@@ -107,7 +115,7 @@ def main() -> None:
   distributed.barrier("multihost_check_done")
   (OUT / f"writes_{PID}.json").write_text(json.dumps({
       "writes": sorted(set(_WRITES)), "records": strip(records), "eval_successes": ev["successes"],
-      "rollout_mesh_devices": int(full.rollout_mesh.size)}))
+      "rollout_mesh_devices": int(full.rollout_mesh.size), "run_dir": str(run_dir)}))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -160,9 +161,20 @@ def _env() -> dict[str, str]:
   return env
 
 
+#: How XLA aborts an in-process CPU collective whose 8 device threads did not all arrive (thread
+#: starvation on a host with fewer cores than forced devices, seen under heavy load, not a fault
+#: of the code under test): the one-process reference run is then started once more.
+RENDEZVOUS_ABORT = "Termination timeout for `all reduce"
+
+
 def _run_single(policy: str, out: pathlib.Path) -> None:
-  proc = subprocess.run([sys.executable, str(HERE / "_multihost_check.py"), policy, str(out), "single"],
-                        capture_output=True, text=True, env=_env(), cwd=HERE.parent, timeout=900)
+  for attempt in range(2):
+    if out.exists():
+      shutil.rmtree(out)
+    proc = subprocess.run([sys.executable, str(HERE / "_multihost_check.py"), policy, str(out), "single"],
+                          capture_output=True, text=True, env=_env(), cwd=HERE.parent, timeout=900)
+    if proc.returncode == 0 or RENDEZVOUS_ABORT not in proc.stderr or attempt:
+      break
   assert proc.returncode == 0, proc.stderr[-4000:]
 
 
@@ -225,7 +237,9 @@ def test_two_processes_train_like_one_process_of_eight_devices(toy_policy, tmp_p
   # Only process 0 writes: process 1 touched nothing but its own part of the collective checkpoints.
   own_part = re.compile(r"^(full|cut)/ckpt/\d+\.orbax-checkpoint-tmp/state\.orbax-checkpoint-tmp/array_metadatas/process_1$")
   assert p1["writes"] and all(own_part.match(w) for w in p1["writes"]), p1["writes"]
-  p0 = json.loads((multi / "writes_0.json").read_text())["writes"]
+  p0_out = json.loads((multi / "writes_0.json").read_text())
+  assert p0_out["run_dir"] == p1["run_dir"]  # one timestamped run directory for the job (process 0's)
+  p0 = p0_out["writes"]
   assert "full/metrics.jsonl" in p0 and "full/policy/config.json" in p0 and "result.json" in p0
   assert len((multi / "full" / "metrics.jsonl").read_text().splitlines()) == 2
   assert sorted(p.name for p in (multi / "full" / "ckpt").iterdir() if p.name.isdigit()) == ["1", "2"]
