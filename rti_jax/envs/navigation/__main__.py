@@ -83,7 +83,10 @@ def cmd_generate(args: argparse.Namespace) -> None:
   out.mkdir(parents=True, exist_ok=True)
   save_tasks(bench.train, out / "train.jsonl")
   save_tasks(bench.test, out / "test.jsonl")
-  (out / "config.json").write_text(json.dumps(dataclasses.asdict(bench.config), indent=2) + "\n")
+  config = dataclasses.asdict(bench.config)
+  if not config["hidden_city_share"]:  # the file of a setting without hidden-city tasks stays as it was
+    del config["hidden_city_share"]
+  (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
   print(f"wrote {len(bench.train)} train and {len(bench.test)} test tasks of config {bench.config.name} to {out}")
 
 
