@@ -296,3 +296,13 @@ def test_oracle_steps_on_hidden_tasks_pass_the_rule_validator_and_verifier():
       if env.step(text).done:
         break
     assert env.transcript.reward == 1.0
+
+
+def test_stats_cli_counts_hidden_city_tasks_only_with_the_option():
+  from rti_jax.envs.navigation.__main__ import split_stats
+
+  small = nav.load_benchmark("tiny", hidden_city_share=SHARE, num_train=40, num_test=20)
+  stats = split_stats(small)
+  assert stats["train"]["hidden city (ask the user)"] == "12" and stats["test"]["hidden city (ask the user)"] == "6"
+  assert stats["train"]["oracle pass rate"] == "100.0%" == stats["test"]["oracle pass rate"]
+  assert "hidden city (ask the user)" not in split_stats(nav.load_benchmark("tiny", num_train=40, num_test=20))["test"]
