@@ -202,6 +202,11 @@ class TelecomEnv(Environment):
   # --------------------------------------------------------------------------- helpers
 
   @property
+  def task(self) -> TelecomTask | None:
+    """The task of the current (or last) episode."""
+    return self._task
+
+  @property
   def state(self) -> st.TelecomState:
     if self._state is None:
       raise RuntimeError("no episode: call reset(task) first")

@@ -105,7 +105,7 @@ def episode_record(env: Any) -> dict[str, Any]:
             "agent_calls": [{"name": c["name"], "arguments": c["arguments"]} for c in t["agent_calls"]],
             "user_calls": [{"name": c["name"], "arguments": c["arguments"]} for c in t["user_calls"]],
             "user_reply": t["user_reply"]} for t in transcript.info["turns"]]
-  return {"task": env._task, "termination": transcript.info["termination"], "reward": transcript.reward,
+  return {"task": env.task, "termination": transcript.info["termination"], "reward": transcript.reward,
           "evaluation": transcript.info.get("evaluation"), "turns": turns}
 
 
