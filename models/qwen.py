@@ -12,6 +12,7 @@ is owned by the sampler (``models.sampler``) and passed through :meth:`Qwen.forw
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 import jax
@@ -19,6 +20,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from models.config import QwenConfig
+from models.vocab_logprobs import hidden_token_logprobs
 from models.weight_table import axis_units, expand_table
 from rti_jax.sharding import LOGICAL_AXES_KEY, LOGICAL_UNITS_KEY, constrain
 
@@ -37,6 +39,17 @@ KV_HEADS = ("batch", "seq", "act_kv_heads", "head_dim")  # [B, T, Kv, D]
 ATTN_OUT = ("batch", "seq", "act_heads")  # [B, T, N * D]
 MLP_HIDDEN = ("batch", "seq", "act_mlp")  # [B, T, I]
 CACHE = ("batch", "act_kv_heads", "seq", "head_dim")  # [B, Kv, S, D]
+
+#: ``remat`` values of :meth:`Qwen.hidden_states`: what each decoder layer keeps for the backward
+#: pass (``none``: everything autodiff saves; ``full``: only its input, the rest is recomputed;
+#: ``dots``: also its matmul outputs without batch dimensions, the projections).
+REMAT_POLICIES = {"none": None, "full": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
+
+
+def _cudnn_attention_ok(q: jax.Array) -> bool:
+  """cuDNN's fused attention: on a GPU, for bf16 / fp16 inputs with a head_dim it supports."""
+  return (jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16)
+          and q.shape[-1] <= 128 and q.shape[-1] % 8 == 0)
 
 
 class LayerCache(NamedTuple):
@@ -102,7 +115,7 @@ class Attention(nnx.Module):
 
   def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array, inv_freq: jax.Array,
                cache: LayerCache | None = None, cache_index: jax.Array | None = None, causal: bool = False,
-               ) -> tuple[jax.Array, LayerCache | None]:
+               lengths: jax.Array | None = None) -> tuple[jax.Array, LayerCache | None]:
     """x: [B, T, E]; positions: [B, T]; mask: [B, T, S] bool (S = T, or the cache length).
 
     With a cache, this step's k/v are written at slots ``cache_index .. cache_index+T`` (a
@@ -110,7 +123,12 @@ class Attention(nnx.Module):
     attention runs over all S cache slots (``mask`` says which are visible). causal: promises
     that ``mask`` hides every key after its query (as ``causal_padding_mask`` does; for a cache
     prefill, also the empty slots after the prompt), so an uncached pass or a prefill at cache
-    index 0 is computed in causal query blocks that skip those keys.
+    index 0 is computed in causal query blocks that skip those keys. lengths: [B] real tokens per
+    row, given only for an uncached pass over a right-padded batch whose ``mask`` is causal; on a
+    GPU with a bf16 / fp16 model the attention then runs as cuDNN's fused kernel (causal, padded
+    by lengths), which never holds the [T, S] scores.
+
+    Without a cache the attention is ``jax.nn.dot_product_attention``.
     """
     b, t, _ = x.shape
     q = constrain(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim), Q_HEADS)
@@ -119,6 +137,9 @@ class Attention(nnx.Module):
     if self.qk_norm:
       q, k = self.q_norm(q), self.k_norm(k)
     q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
+    if cache is None:
+      out = self._attend_uncached(q, k, v, mask, causal, lengths).reshape(b, t, self.num_heads * self.head_dim)
+      return self.o_proj(constrain(out, ATTN_OUT)), None
     # Heads-major layout [B, N, T, D], so both attention matmuls batch over (B, kv head)
     # without transposing the cache.
     k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
@@ -136,8 +157,8 @@ class Attention(nnx.Module):
       new_cache = LayerCache(k, v)
     groups = self.num_heads // self.num_kv_heads
     q = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim).transpose(0, 2, 3, 1, 4)
-    # Blocks need the keys to start at slot 0: an uncached pass, or a cache prefill at index 0.
-    at_start = cache is None or (isinstance(cache_index, int) and cache_index == 0)
+    # Blocks need the keys to start at slot 0: a cache prefill at index 0.
+    at_start = isinstance(cache_index, int) and cache_index == 0
     if causal and at_start and t > _MIN_BLOCK:
       size = max(_MIN_BLOCK, -(-t // _CAUSAL_BLOCKS))
       out = jnp.concatenate([
@@ -148,6 +169,26 @@ class Attention(nnx.Module):
       out = self._attend(q, k, v, mask)  # [B, Kv, G, T, D]
     out = constrain(out.transpose(0, 3, 1, 2, 4).reshape(b, t, self.num_heads * self.head_dim), ATTN_OUT)
     return self.o_proj(out), new_cache
+
+  def _attend_uncached(self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, causal: bool,
+                       lengths: jax.Array | None) -> jax.Array:
+    """q: [B, T, N, D]; k, v: [B, T, Kv, D]; mask: [B, T, T] -> [B, T, N, D] by
+    ``jax.nn.dot_product_attention`` (grouped heads: query head n reads kv head n // groups)."""
+    t = q.shape[1]
+    if lengths is not None and causal and _cudnn_attention_ok(q):
+      return jax.nn.dot_product_attention(q, k, v, is_causal=True, query_seq_lengths=lengths,
+                                          key_value_seq_lengths=lengths, implementation="cudnn")
+    # The XLA implementation (the only one JAX picks by itself today). fp32 models keep true fp32
+    # matmuls (HIGHEST), as the cached path's einsums.
+    highest = self.precision == jax.lax.Precision.HIGHEST
+    with jax.default_matmul_precision("highest") if highest else contextlib.nullcontext():
+      if causal and t > _MIN_BLOCK:
+        size = max(_MIN_BLOCK, -(-t // _CAUSAL_BLOCKS))
+        return jnp.concatenate([
+          jax.nn.dot_product_attention(q[:, lo:lo + size], k[:, :lo + size], v[:, :lo + size],
+                                       mask=mask[:, None, lo:lo + size, :lo + size])
+          for lo in range(0, t, size)], axis=1)
+      return jax.nn.dot_product_attention(q, k, v, mask=mask[:, None])
 
   def _attend(self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
     """q: [B, Kv, G, T, D]; k, v: [B, Kv, S, D]; mask: [B, T, S] -> [B, Kv, G, T, D]."""
@@ -229,8 +270,8 @@ class DecoderLayer(nnx.Module):
     self.post_attn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
     self.mlp = MoE(config, **kw) if moe else MLP(config, **kw)
 
-  def __call__(self, x, positions, mask, inv_freq, cache=None, cache_index=None, causal=False):
-    h, new_cache = self.attn(self.input_norm(x), positions, mask, inv_freq, cache, cache_index, causal)
+  def __call__(self, x, positions, mask, inv_freq, cache=None, cache_index=None, causal=False, lengths=None):
+    h, new_cache = self.attn(self.input_norm(x), positions, mask, inv_freq, cache, cache_index, causal, lengths)
     x = constrain(x + h, RESIDUAL)
     return constrain(x + self.mlp(self.post_attn_norm(x)), RESIDUAL), new_cache
 
@@ -284,28 +325,56 @@ class Qwen(nnx.Module):
     h = self.hidden_states(input_ids, attention_mask)
     return self.logits(h)
 
-  def hidden_states(self, input_ids: jax.Array, attention_mask: jax.Array) -> jax.Array:
-    """Final-norm hidden states [B, T, E] of a full (uncached) forward pass."""
+  def hidden_states(self, input_ids: jax.Array, attention_mask: jax.Array, *, remat: str = "none",
+                    right_padded: bool = False) -> jax.Array:
+    """Final-norm hidden states [B, T, E] of a full (uncached) forward pass.
+
+    remat: a key of ``REMAT_POLICIES``, what each decoder layer keeps for a backward pass.
+    right_padded: the caller promises every row's real tokens come first (``RTIBatch``'s layout),
+    which lets a GPU run cuDNN's fused attention from the row lengths.
+    """
+    lengths = jnp.sum(attention_mask, axis=-1).astype(jnp.int32) if right_padded else None
     h, _ = self.forward(input_ids, positions_from_mask(attention_mask),
-                        causal_padding_mask(attention_mask), causal=True)
+                        causal_padding_mask(attention_mask), causal=True, remat=remat, lengths=lengths)
     return h
+
+  def token_logprobs(self, input_ids: jax.Array, attention_mask: jax.Array, *, vocab_chunk: int,
+                     remat: str = "none", right_padded: bool = False) -> jax.Array:
+    """``rti_jax.objectives.next_token_logprobs(self(input_ids, attention_mask), input_ids)`` without
+    the [B, T, V] logits: out[:, t] = log p(input_ids[:, t] | input_ids[:, :t]), out[:, 0] = 0, fp32,
+    the vocabulary ``vocab_chunk`` ids at a time (``models.vocab_logprobs``)."""
+    h = self.hidden_states(input_ids, attention_mask, remat=remat, right_padded=right_padded)
+    targets = jnp.concatenate([input_ids[:, 1:], jnp.zeros_like(input_ids[:, :1])], axis=1)
+    tied = self.config.tie_word_embeddings
+    head = self.embed.embedding[...] if tied else self.lm_head[...]
+    lp = hidden_token_logprobs(h, head, targets, chunk=vocab_chunk, vocab_major=tied, precision=self.precision)
+    return jnp.pad(lp[:, :-1], ((0, 0), (1, 0)))
 
   def forward(self, input_ids: jax.Array, positions: jax.Array, mask: jax.Array,
               cache: list[LayerCache] | None = None, cache_index: jax.Array | None = None,
-              causal: bool = False) -> tuple[jax.Array, list[LayerCache] | None]:
-    """The decoder stack. input_ids, positions: [B, T]; mask: [B, T, S] bool; causal: see
-    ``Attention.__call__`` (set by :meth:`hidden_states`, whose mask is causal).
+              causal: bool = False, remat: str = "none", lengths: jax.Array | None = None,
+              ) -> tuple[jax.Array, list[LayerCache] | None]:
+    """The decoder stack. input_ids, positions: [B, T]; mask: [B, T, S] bool; causal, lengths: see
+    ``Attention.__call__`` (set by :meth:`hidden_states`, whose mask is causal); remat: see
+    :meth:`hidden_states` (uncached passes only).
 
     Returns final-norm hidden states [B, T, E] and the updated cache (None without one).
     """
+    if remat not in REMAT_POLICIES:
+      raise ValueError(f"remat: expected one of {sorted(REMAT_POLICIES)}, got {remat!r}")
     inv_freq = rope_inv_freq(self.config)
     x = constrain(self.embed(input_ids), RESIDUAL)
-    new_cache = [] if cache is not None else None
+    if cache is None:
+      run = lambda layer, x: layer(x, positions, mask, inv_freq, causal=causal, lengths=lengths)[0]  # noqa: E731
+      if remat != "none":
+        run = nnx.remat(run, policy=REMAT_POLICIES[remat])
+      for layer in self.layers:
+        x = run(layer, x)
+      return self.norm(x), None
+    new_cache = []
     for i, layer in enumerate(self.layers):
-      x, layer_cache = layer(x, positions, mask, inv_freq,
-                             None if cache is None else cache[i], cache_index, causal)
-      if new_cache is not None:
-        new_cache.append(layer_cache)
+      x, layer_cache = layer(x, positions, mask, inv_freq, cache[i], cache_index, causal)
+      new_cache.append(layer_cache)
     return self.norm(x), new_cache
 
   def logits(self, h: jax.Array) -> jax.Array:
