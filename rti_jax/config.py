@@ -184,6 +184,14 @@ class OptimConfig:
   # step (same loss and gradient as one padded batch, less padding). 1 = one batch padded to its
   # longest row.
   length_chunks: int = 1
+  # The step's memory model (rti_jax/step_fns.py; docs/benchmarks.md, "Memory plan"). remat: what each
+  # decoder layer keeps for the backward pass (none | full | dots). vocab_chunk: token log-probs from
+  # the hidden states this many vocabulary ids at a time (no [B, T, V] logits; null = full logits).
+  # tokens_per_device: micro-batches of at most this many tokens per device, gradients summed in the
+  # step (null = each minibatch in one pass), and the train state donated to the step.
+  remat: str = "none"
+  vocab_chunk: Optional[int] = None
+  tokens_per_device: Optional[int] = None
 
 
 @dataclasses.dataclass
@@ -320,6 +328,11 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     raise ConfigError(f"optim.max_grad_norm: expected > 0 (the global-norm clip), got {o.max_grad_norm}")
   if not o.weight_decay >= 0:
     raise ConfigError(f"optim.weight_decay: expected >= 0, got {o.weight_decay}")
+  if o.remat not in ("none", "full", "dots"):
+    raise ConfigError(f"optim.remat: expected one of ['none', 'full', 'dots'], got {o.remat!r}")
+  for key in ("optim.vocab_chunk", "optim.tokens_per_device"):
+    if _get(cfg, key) is not None and _get(cfg, key) < 1:
+      raise ConfigError(f"{key}: expected null or an integer >= 1, got {_get(cfg, key)!r}")
   for key in ("optim.b1", "optim.b2"):
     if not 0 <= _get(cfg, key) < 1:
       raise ConfigError(f"{key}: expected a value in [0, 1), got {_get(cfg, key)}")

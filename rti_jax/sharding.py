@@ -35,13 +35,12 @@ import math
 from typing import Any, Callable, Hashable, Iterator, Mapping, NamedTuple, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from rti_jax.objectives import LossConfig, RTIBatch, get_loss, next_token_logprobs
+from rti_jax.objectives import LossConfig, RTIBatch, next_token_logprobs
 
 MESH_AXES: tuple[str, str, str] = ("data", "fsdp", "tensor")
 
@@ -339,7 +338,8 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
                     loss_cfg: LossConfig, *, logp_fn: LogpFn = next_token_logprobs,
                     rules: Mapping[str, tuple[str, ...] | None] = LOGICAL_AXIS_RULES,
                     micro_batches: int = 1, donate: bool = False,
-                    tx_key: Hashable | None = None) -> ShardedTrainStep:
+                    tx_key: Hashable | None = None, remat: str = "none", vocab_chunk: int | None = None,
+                    tokens_per_device: int | None = None) -> ShardedTrainStep:
   """Builds the sharded train step for any NNX model with ``logits = model(input_ids, attention_mask)``.
 
   model: an NNX module returning logits [B, T, V]; tx: optax transformation; mesh: from
@@ -357,11 +357,20 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
   parameters keep bf16 moments; keep fp32 parameters for fp32 master weights).
   Parameters and optimizer moments are sharded by ``param_shardings``; the batch dimension by
   the ``"batch"`` rule; loss and metrics are replicated.
+  The memory model (``rti_jax.step_fns``): remat: each decoder layer's rematerialisation policy
+  (``models.qwen.REMAT_POLICIES``); vocab_chunk: log-probs by ``model.token_logprobs`` from hidden
+  states, this many vocabulary ids at a time, so the [B, T, V] logits never exist (a model with
+  that method; ``logp_fn`` must be the default); tokens_per_device: micro-batches sized so that each
+  device runs at most this many tokens (``batch rows / devices`` rows split evenly, at least one row
+  each), their numerator gradients, numerators and denominators summed in the scan's carry.
   """
   if not isinstance(loss_cfg, LossConfig):
     raise ValueError(f"loss_cfg: expected a LossConfig, got {type(loss_cfg).__name__}")
   if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
     raise ValueError(f"micro_batches: expected a positive int, got {micro_batches!r}")
+  from rti_jax.step_fns import MemoryModel, jit_step_functions  # the step's body; it imports this module
+  memory = MemoryModel.of(model, logp_fn, remat=remat, vocab_chunk=vocab_chunk,
+                          tokens_per_device=tokens_per_device, micro_batches=micro_batches)
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)
   fallbacks: list[str] = []
   p_sh = param_shardings(params, mesh, rules=rules, fallbacks=fallbacks)
@@ -376,13 +385,13 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
   logits_sh = NamedSharding(mesh, logical_to_spec(("batch", "seq", "act_vocab"), mesh=mesh,
                                                   rules=rules))
   key = None if tx_key is None else (tx_key, graphdef, mesh, loss_cfg, logp_fn, micro_batches, donate,
-                                     tuple(sorted(rules.items())))
+                                     tuple(sorted(rules.items())), memory)
   if key is not None and key in _STEP_CACHE:
     _STEP_CACHE.move_to_end(key)
     jitted, jit_grads, jit_apply = _STEP_CACHE[key]
   else:
-    jitted, jit_grads, jit_apply = _jit_step_functions(graphdef, tx, mesh, loss_cfg, logp_fn, micro_batches, donate,
-                                                       state_sh, b_sh, logits_sh, p_sh, replicated, rules)
+    jitted, jit_grads, jit_apply = jit_step_functions(graphdef, tx, mesh, loss_cfg, logp_fn, micro_batches, donate,
+                                                      state_sh, b_sh, logits_sh, p_sh, replicated, rules, memory)
     if key is not None:
       _STEP_CACHE[key] = (jitted, jit_grads, jit_apply)
       while len(_STEP_CACHE) > _STEP_CACHE_SIZE:
@@ -391,76 +400,3 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
                           graphdef=graphdef, mesh=mesh, state_shardings=state_sh,
                           batch_sharding=b_sh, fallbacks=tuple(fallbacks), micro_batches=micro_batches,
                           grads=jit_grads, apply=jit_apply)
-
-
-def _jit_step_functions(graphdef: Any, tx: optax.GradientTransformation, mesh: Mesh, loss_cfg: LossConfig,
-                        logp_fn: LogpFn, micro_batches: int, donate: bool, state_sh: TrainState,
-                        b_sh: NamedSharding, logits_sh: NamedSharding, p_sh: Any, replicated: NamedSharding,
-                        rules: Rules = LOGICAL_AXIS_RULES) -> tuple[Callable, Callable, Callable]:
-  """The jitted ``step``, ``grads`` and ``apply`` of ``make_train_step`` (see there)."""
-  parts_of = get_loss(loss_cfg.name)
-  k = micro_batches
-
-  def numerator(p: Any, rest_state: Any, batch: RTIBatch) -> tuple[jax.Array, tuple[jax.Array, dict]]:
-    """Loss numerator (differentiated), with the denominator and metrics as aux."""
-    batch.check()
-    net = nnx.merge(graphdef, p, rest_state)
-    with activation_sharding(mesh, rules):  # the model's own activation constraints (models.qwen)
-      logits = net(batch.input_ids, batch.attention_mask)
-    if logits.ndim != 3 or tuple(logits.shape[:2]) != tuple(batch.input_ids.shape):
-      raise ValueError(f"model(input_ids, attention_mask): expected logits [B, T, V] with "
-                       f"[B, T]={tuple(batch.input_ids.shape)}, got {tuple(logits.shape)}")
-    if logits.shape[-1] % _axes_size(mesh, logits_sh.spec[-1]) == 0:
-      logits = jax.lax.with_sharding_constraint(logits, logits_sh)
-    parts = parts_of(logp_fn(logits, batch.input_ids), batch, loss_cfg)
-    return parts.numerator, (parts.denominator, parts.metrics)
-
-  grad_num = jax.value_and_grad(numerator, has_aux=True)
-
-  def accumulate(state: TrainState, batch: RTIBatch) -> tuple[Any, jax.Array, jax.Array, dict]:
-    """Numerator gradients, numerator, denominator and metrics of ``batch`` (over k micro-batches)."""
-    if k == 1:
-      (num, (den, metrics)), g = grad_num(state.params, state.rest, batch)
-    else:
-      b = batch.shape[0]
-      if b % k != 0:
-        raise ValueError(f"batch.input_ids: expected a batch size divisible by micro_batches={k}, got B={b}")
-      split = jax.tree.map(lambda x: jnp.swapaxes(x.reshape(b // k, k, *x.shape[1:]), 0, 1), batch)
-
-      def body(carry, mb):
-        g_acc, num_acc, den_acc = carry
-        (num, (den, m)), g = grad_num(state.params, state.rest, mb)
-        return (jax.tree.map(jnp.add, g_acc, g), num_acc + num, den_acc + den), m
-
-      zeros = jax.tree.map(jnp.zeros_like, state.params)
-      (g, num, den), ms = jax.lax.scan(body, (zeros, jnp.float32(0), jnp.float32(0)), split)
-      metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), ms)
-    return g, num, den, metrics
-
-  def step(state: TrainState, batch: RTIBatch) -> tuple[TrainState, StepOutput]:
-    return finish(state, *accumulate(state, batch))
-
-  def finish(state: TrainState, g: Any, num: jax.Array, den: jax.Array, metrics: dict,
-             ) -> tuple[TrainState, StepOutput]:
-    """Scales the summed numerator gradients by 1 / max(den, 1) and takes the optimizer step."""
-    scale = 1.0 / jnp.maximum(den, 1.0)
-    loss = num * scale
-    # Gradients in each parameter's dtype: the fp32 loss scale would otherwise promote the
-    # gradients of bf16 parameters, and with them the optimizer moments, to fp32 after the first
-    # step, so the state would change dtype (a second compile, and donation could not reuse it).
-    grads = jax.tree.map(lambda x, p: (x * scale).astype(p.dtype), g, state.params)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    return TrainState(params, state.rest, opt_state), StepOutput(loss, grads, metrics)
-
-  def apply(state: TrainState, g: Any, num: jax.Array, den: jax.Array) -> tuple[TrainState, StepOutput]:
-    return finish(state, g, num, den, {})
-
-  out_sh = (state_sh, StepOutput(replicated, p_sh, replicated))
-  jitted = jax.jit(step, in_shardings=(state_sh, b_sh), out_shardings=out_sh,
-                   donate_argnums=(0,) if donate else ())
-  jit_grads = jax.jit(accumulate, in_shardings=(state_sh, b_sh),
-                      out_shardings=(p_sh, replicated, replicated, replicated))
-  jit_apply = jax.jit(apply, in_shardings=(state_sh, p_sh, replicated, replicated), out_shardings=out_sh,
-                      donate_argnums=(0,) if donate else ())
-  return jitted, jit_grads, jit_apply

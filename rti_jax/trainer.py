@@ -155,9 +155,14 @@ class Trainer:
     )
     # tx_key: trainers with the same optimizer, model, mesh and loss (the next seed, an ablation variant)
     # share the compiled update programs.
+    # With a tokens-per-device budget the state is donated to the step (its buffers become the new
+    # state's), unless something else holds the old parameters across the step: the KL reference, or
+    # the sampling policy of later minibatches.
+    donate = o.tokens_per_device is not None and cfg.loss.beta == 0 and o.minibatches == 1
     self.train_step: ShardedTrainStep = make_train_step(
         model, self.tx, self.mesh, self.loss_config,
-        tx_key=("clip_by_global_norm+adamw", o.max_grad_norm, o.lr, o.b1, o.b2, o.weight_decay))
+        tx_key=("clip_by_global_norm+adamw", o.max_grad_norm, o.lr, o.b1, o.b2, o.weight_decay),
+        remat=o.remat, vocab_chunk=o.vocab_chunk, tokens_per_device=o.tokens_per_device, donate=donate)
     self.state: TrainState = self.train_step.state
     self.ref_params = self.state.params if cfg.loss.beta > 0 else None
     self.hooks = baselines.method_hooks(self)  # what the configured method adds (rti_jax/baselines.py)
@@ -197,7 +202,7 @@ class Trainer:
 
   def _logp_fn(self, params: Any, ids: jax.Array, mask: jax.Array) -> jax.Array:
     """Per-token log-probs [B, T] of ``ids`` under ``params`` (jitted; compiles shared across trainers)."""
-    return _forward_logp(self.train_step.graphdef, params, self.state.rest, ids, mask)
+    return _forward_logp(self.train_step.graphdef, params, self.state.rest, ids, mask, self.cfg.optim.vocab_chunk)
 
   # --- data ----------------------------------------------------------------------------------
 
@@ -304,12 +309,15 @@ class Trainer:
       else:
         # Gradients of the length-sorted chunks (each padded to its own bucket) are summed, then one
         # optimizer step: the same loss and gradient as the single padded batch.
-        parts = [self.train_step.grads(self.state, self._device_batch(c, sampling_params)) for c in chunks]
-        g = jax.tree.map(lambda *xs: sum(xs[1:], xs[0]), *[p[0] for p in parts])
-        num = sum(p[1] for p in parts)
-        den = sum(p[2] for p in parts)
+        # A running sum: one gradient tree beside the accumulator, never a list of them.
+        g, num, den, chunk_metrics = None, 0.0, 0.0, []
+        for c in chunks:
+          g_c, num_c, den_c, m_c = self.train_step.grads(self.state, self._device_batch(c, sampling_params))
+          g = g_c if g is None else _tree_add(g, g_c)
+          num, den = num + num_c, den + den_c
+          chunk_metrics.append(m_c)
         self.state, out = self.train_step.apply(self.state, g, num, den)
-        vals = {"loss": out.loss, **objectives.combine_chunk_metrics([p[3] for p in parts])}
+        vals = {"loss": out.loss, **objectives.combine_chunk_metrics(chunk_metrics)}
       vals["grad_norm"] = optax.tree.norm(out.grads)
       for k, v in vals.items():
         sums[k] = sums.get(k, 0.0) + float(v) / m
@@ -436,12 +444,22 @@ class Trainer:
     save_tokenizer(self.tokenizer, path)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef",))
-def _forward_logp(graphdef: Any, params: Any, rest: Any, ids: jax.Array, mask: jax.Array) -> jax.Array:
-  """Per-token log-probs [B, T] of ``ids`` under ``params`` (the KL reference pass). Module-level, so
-  trainers of the same architecture (GRPO then RTI in one run, or the next seed) share its compiles."""
+@functools.partial(jax.jit, static_argnames=("graphdef", "vocab_chunk"))
+def _forward_logp(graphdef: Any, params: Any, rest: Any, ids: jax.Array, mask: jax.Array,
+                  vocab_chunk: int | None = None) -> jax.Array:
+  """Per-token log-probs [B, T] of ``ids`` under ``params`` (the KL reference pass; with vocab_chunk,
+  from the hidden states a vocabulary chunk at a time). Module-level, so trainers of the same
+  architecture (GRPO then RTI in one run, or the next seed) share its compiles."""
   net = nnx.merge(graphdef, params, rest)
+  if vocab_chunk is not None:
+    return net.token_logprobs(ids, mask, vocab_chunk=vocab_chunk, right_padded=True)
   return objectives.next_token_logprobs(net(ids, mask), ids)
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def _tree_add(acc: Any, x: Any) -> Any:
+  """acc + x leaf by leaf, into ``acc``'s buffers (the length chunks' running gradient sum)."""
+  return jax.tree.map(jnp.add, acc, x)
 
 
 def _truncate_jsonl(path: pathlib.Path, iteration: int) -> None:

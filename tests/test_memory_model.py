@@ -105,3 +105,72 @@ def test_remat_rejects_an_unknown_policy() -> None:
   ids, mask = batch(8)
   with pytest.raises(ValueError, match="remat"):
     tiny().hidden_states(ids, mask, remat="everything")
+
+
+def rti_batch(rows: int = 4, t: int = 24):
+  """A right-padded RTI batch for the tiny Qwen3 (rows of different lengths, response from token 5)."""
+  from rti_jax.objectives import RTIBatch
+
+  rng = np.random.default_rng(0)
+  lengths = np.array([t, t - 5, 11, t - 2, 9, t, 14, 20][:rows])
+  real = (np.arange(t)[None] < lengths[:, None])
+  loss_mask = (real & (np.arange(t)[None] >= 5)).astype(np.float32)
+  inter = np.zeros((rows, t), np.float32)
+  inter[1, 6:9] = 1
+  old = (-2.0 + 0.3 * rng.normal(size=(rows, t))).astype(np.float32)
+  return RTIBatch(input_ids=rng.integers(0, 96, (rows, t)).astype(np.int32), attention_mask=real.astype(np.int32),
+                  loss_mask=loss_mask, old_logp=old, advantages=rng.normal(size=rows).astype(np.float32),
+                  roll_logp=old, cal_logp=(old + 0.2 * rng.normal(size=(rows, t))).astype(np.float32),
+                  intervened_mask=inter)
+
+
+def test_micro_batch_count_from_the_tokens_per_device_budget() -> None:
+  from rti_jax.step_fns import MemoryModel
+
+  m = MemoryModel(tokens_per_device=8192)
+  assert m.count(256, 8192, 8) == 32  # one 8k row per device per micro-batch
+  assert m.count(256, 2048, 8) == 8  # four rows each
+  assert m.count(24, 2048, 8) == 1  # three rows each fit at once
+  assert m.count(40, 2048, 8) == 5  # five rows each: equal micro-batches of at most four -> five of one
+  assert MemoryModel(tokens_per_device=100).count(16, 8192, 4) == 4  # at least one row
+  assert MemoryModel(micro_batches=3).count(12, 8, 1) == 3
+
+
+@pytest.mark.parametrize("budget", [24, 48])
+def test_step_with_the_memory_model_equals_the_plain_step(budget: int) -> None:
+  """remat full + vocab chunks + micro-batches from a token budget (donated state) vs the plain step:
+  same loss, gradients and AdamW update."""
+  import optax
+
+  from rti_jax import sharding as S
+  from rti_jax.objectives import LossConfig
+
+  mesh = S.make_mesh(1, 1, 1, devices=jax.devices()[:1])
+  batch = rti_batch()
+  # eps 1e-3: with 1e-8 a gradient component near 0 is divided by its own rounding error (see
+  # docs/sharding.md), and two summation orders then move that weight differently by up to lr.
+  tx = optax.adamw(1e-2, eps=1e-3, weight_decay=0.1)
+  plain = S.make_train_step(tiny(seed=3), tx, mesh, LossConfig(name="rti"))
+  s_plain, o_plain = plain.step(plain.state, plain.shard_batch(batch))
+  lean = S.make_train_step(tiny(seed=3), tx, mesh, LossConfig(name="rti"), remat="full", vocab_chunk=20,
+                           tokens_per_device=budget, donate=True)
+  s_lean, o_lean = lean.step(lean.state, lean.shard_batch(batch))
+  assert abs(float(o_lean.loss) - float(o_plain.loss)) <= 1e-6 * max(1.0, abs(float(o_plain.loss)))
+  assert max_diff(o_lean.grads, o_plain.grads) <= 1e-5 * max_abs(o_plain.grads)
+  assert max_diff(s_lean.params, s_plain.params) <= 1e-5  # AdamW moves each weight by about lr = 1e-2
+  assert max_diff(s_plain.params, plain.state.params) > 1e-3  # the step moved the weights
+
+
+def test_memory_model_rejects_bad_settings() -> None:
+  import optax
+
+  from rti_jax import sharding as S
+  from rti_jax.objectives import LossConfig
+
+  mesh = S.make_mesh(1, 1, 1, devices=jax.devices()[:1])
+  with pytest.raises(ValueError, match="tokens_per_device"):
+    S.make_train_step(tiny(), optax.sgd(0.1), mesh, LossConfig(), tokens_per_device=0)
+  with pytest.raises(ValueError, match="tokens_per_device and micro_batches"):
+    S.make_train_step(tiny(), optax.sgd(0.1), mesh, LossConfig(), tokens_per_device=64, micro_batches=2)
+  with pytest.raises(ValueError, match="remat"):
+    S.make_train_step(tiny(), optax.sgd(0.1), mesh, LossConfig(), remat="all")

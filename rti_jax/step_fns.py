@@ -1,0 +1,153 @@
+"""The body of ``rti_jax.sharding.make_train_step``: loss, gradients and the optax update, and the
+memory model of that step.
+
+``MemoryModel`` holds what decides the step's peak memory besides the mesh: each decoder layer's
+rematerialisation policy, whether the token log-probs come from the hidden states a vocabulary chunk
+at a time (``models.qwen.Qwen.token_logprobs``: no [B, T, V] logits), and the micro-batch size (from
+a tokens-per-device budget, or a fixed count). Micro-batches run in a ``lax.scan`` whose carry is
+the running sum of the numerator gradients (in the parameters' dtype), numerators and denominators,
+so only one micro-batch's activations and one gradient tree beside the sum are live.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+
+from rti_jax.objectives import LossConfig, RTIBatch, get_loss, next_token_logprobs
+from rti_jax.sharding import LOGICAL_AXIS_RULES, Rules, StepOutput, TrainState, _axes_size, activation_sharding
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryModel:
+  """remat: ``models.qwen.REMAT_POLICIES`` key; vocab_chunk: None (full logits) or the ids per
+  chunk; tokens_per_device: None (``micro_batches`` fixed micro-batches) or the budget."""
+
+  remat: str = "none"
+  vocab_chunk: int | None = None
+  tokens_per_device: int | None = None
+  micro_batches: int = 1
+
+  @classmethod
+  def of(cls, model: nnx.Module, logp_fn: Callable, **kw: Any) -> "MemoryModel":
+    """Checks the settings against ``model`` (ValueError on a bad one)."""
+    m = cls(**kw)
+    from models.qwen import REMAT_POLICIES
+
+    for name in ("vocab_chunk", "tokens_per_device"):
+      val = getattr(m, name)
+      if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 1):
+        raise ValueError(f"{name}: expected None or a positive int, got {val!r}")
+    if m.remat not in REMAT_POLICIES:
+      raise ValueError(f"remat: expected one of {sorted(REMAT_POLICIES)}, got {m.remat!r}")
+    if (m.remat != "none" or m.vocab_chunk is not None) and not hasattr(model, "token_logprobs"):
+      raise ValueError(f"remat / vocab_chunk: the model ({type(model).__name__}) has no token_logprobs / "
+                       "hidden_states (models.qwen.Qwen has)")
+    if m.vocab_chunk is not None and logp_fn is not next_token_logprobs:
+      raise ValueError("vocab_chunk: the model computes the log-probs itself; logp_fn must be the default")
+    if m.tokens_per_device is not None and m.micro_batches != 1:
+      raise ValueError("tokens_per_device and micro_batches > 1: give one of them")
+    return m
+
+  def count(self, rows: int, length: int, data_parallel: int) -> int:
+    """Micro-batches for a batch of ``rows`` x ``length`` split over ``data_parallel`` devices: each
+    device's rows cut into equal micro-batches of at most ``tokens_per_device // length`` rows (at
+    least one)."""
+    if self.tokens_per_device is None:
+      return self.micro_batches
+    per_device = max(1, rows // data_parallel)
+    size = max(1, min(per_device, self.tokens_per_device // length))
+    while per_device % size:
+      size -= 1
+    return per_device // size
+
+
+def jit_step_functions(graphdef: Any, tx: optax.GradientTransformation, mesh: Mesh, loss_cfg: LossConfig,
+                       logp_fn: Callable, micro_batches: int, donate: bool, state_sh: TrainState,
+                       b_sh: NamedSharding, logits_sh: NamedSharding, p_sh: Any, replicated: NamedSharding,
+                       rules: Rules = LOGICAL_AXIS_RULES, memory: MemoryModel = MemoryModel(),
+                       ) -> tuple[Callable, Callable, Callable]:
+  """The jitted ``step``, ``grads`` and ``apply`` of ``make_train_step`` (see there)."""
+  parts_of = get_loss(loss_cfg.name)
+  dp = _axes_size(mesh, b_sh.spec[0] if b_sh.spec else None)
+
+  def numerator(p: Any, rest_state: Any, batch: RTIBatch) -> tuple[jax.Array, tuple[jax.Array, dict]]:
+    """Loss numerator (differentiated), with the denominator and metrics as aux."""
+    batch.check()
+    net = nnx.merge(graphdef, p, rest_state)
+    if memory.vocab_chunk is not None or memory.remat != "none":
+      with activation_sharding(mesh, rules):  # RTIBatch rows are right padded
+        if memory.vocab_chunk is not None:
+          logp = net.token_logprobs(batch.input_ids, batch.attention_mask, vocab_chunk=memory.vocab_chunk,
+                                    remat=memory.remat, right_padded=True)
+        else:
+          logp = logp_fn(net.logits(net.hidden_states(batch.input_ids, batch.attention_mask, remat=memory.remat,
+                                                      right_padded=True)), batch.input_ids)
+      parts = parts_of(logp, batch, loss_cfg)
+      return parts.numerator, (parts.denominator, parts.metrics)
+    with activation_sharding(mesh, rules):  # the model's own activation constraints (models.qwen)
+      logits = net(batch.input_ids, batch.attention_mask)
+    if logits.ndim != 3 or tuple(logits.shape[:2]) != tuple(batch.input_ids.shape):
+      raise ValueError(f"model(input_ids, attention_mask): expected logits [B, T, V] with "
+                       f"[B, T]={tuple(batch.input_ids.shape)}, got {tuple(logits.shape)}")
+    if logits.shape[-1] % _axes_size(mesh, logits_sh.spec[-1]) == 0:
+      logits = jax.lax.with_sharding_constraint(logits, logits_sh)
+    parts = parts_of(logp_fn(logits, batch.input_ids), batch, loss_cfg)
+    return parts.numerator, (parts.denominator, parts.metrics)
+
+  grad_num = jax.value_and_grad(numerator, has_aux=True)
+
+  def accumulate(state: TrainState, batch: RTIBatch) -> tuple[Any, jax.Array, jax.Array, dict]:
+    """Numerator gradients, numerator, denominator and metrics of ``batch`` (over k micro-batches)."""
+    b, t = batch.shape
+    k = memory.count(b, t, dp)
+    if k == 1:
+      (num, (den, metrics)), g = grad_num(state.params, state.rest, batch)
+    else:
+      if b % k != 0:
+        raise ValueError(f"batch.input_ids: expected a batch size divisible by micro_batches={k}, got B={b}")
+      split = jax.tree.map(lambda x: jnp.swapaxes(x.reshape(b // k, k, *x.shape[1:]), 0, 1), batch)
+
+      def body(carry, mb):
+        g_acc, num_acc, den_acc = carry
+        (num, (den, m)), g = grad_num(state.params, state.rest, mb)
+        return (jax.tree.map(jnp.add, g_acc, g), num_acc + num, den_acc + den), m
+
+      zeros = jax.tree.map(jnp.zeros_like, state.params)
+      (g, num, den), ms = jax.lax.scan(body, (zeros, jnp.float32(0), jnp.float32(0)), split)
+      metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), ms)
+    return g, num, den, metrics
+
+  def step(state: TrainState, batch: RTIBatch) -> tuple[TrainState, StepOutput]:
+    return finish(state, *accumulate(state, batch))
+
+  def finish(state: TrainState, g: Any, num: jax.Array, den: jax.Array, metrics: dict,
+             ) -> tuple[TrainState, StepOutput]:
+    """Scales the summed numerator gradients by 1 / max(den, 1) and takes the optimizer step."""
+    scale = 1.0 / jnp.maximum(den, 1.0)
+    loss = num * scale
+    # Gradients in each parameter's dtype: the fp32 loss scale would otherwise promote the
+    # gradients of bf16 parameters, and with them the optimizer moments, to fp32 after the first
+    # step, so the state would change dtype (a second compile, and donation could not reuse it).
+    grads = jax.tree.map(lambda x, p: (x * scale).astype(p.dtype), g, state.params)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    return TrainState(params, state.rest, opt_state), StepOutput(loss, grads, metrics)
+
+  def apply(state: TrainState, g: Any, num: jax.Array, den: jax.Array) -> tuple[TrainState, StepOutput]:
+    return finish(state, g, num, den, {})
+
+  out_sh = (state_sh, StepOutput(replicated, p_sh, replicated))
+  jitted = jax.jit(step, in_shardings=(state_sh, b_sh), out_shardings=out_sh,
+                   donate_argnums=(0,) if donate else ())
+  jit_grads = jax.jit(accumulate, in_shardings=(state_sh, b_sh),
+                      out_shardings=(p_sh, replicated, replicated, replicated))
+  jit_apply = jax.jit(apply, in_shardings=(state_sh, p_sh, replicated, replicated), out_shardings=out_sh,
+                      donate_argnums=(0,) if donate else ())
+  return jitted, jit_grads, jit_apply
