@@ -290,3 +290,20 @@ def test_arbitrary_assistant_text_never_crashes(turns):
     assert result.reward in (0.0, 1.0)
     if result.done:
       break
+
+
+def test_tools_through_the_chat_template_leave_the_policy_text_alone():
+  from rti_jax.config import load_config
+  from rti_jax.envs.source import task_source
+  from rti_jax.envs.telecom.env import system_prompt
+
+  listed = task_source(load_config("telecom"))
+  via_template = task_source(load_config("telecom", ["env.tools_in_template=true"]))
+  assert listed.tool_schemas is None
+  names = [t["function"]["name"] for t in via_template.tool_schemas]
+  assert len(names) == 13 and "get_customer_by_phone" in names
+  task = listed.train[0]
+  with_list = listed.env_factory().reset(task)[0]["content"]
+  plain = via_template.env_factory().reset(task)[0]["content"]
+  assert "<tools>" in with_list and "<tools>" not in plain and with_list.startswith(plain)
+  assert with_list == system_prompt(plain)  # the default layout is the policy text plus the tools list

@@ -46,5 +46,5 @@ def task_source(cfg: ExperimentConfig) -> TaskSource:
   if cfg.env.name == "telecom":
     from rti_jax.envs.telecom.source import telecom_source
 
-    return telecom_source(cfg)
+    return telecom_source(cfg, tools_in_template=cfg.env.tools_in_template)
   raise ValueError(f"env.name: expected one of ['navigation', 'telecom'], got {cfg.env.name!r}")

@@ -52,28 +52,35 @@ def policy_text() -> str:
           f"{', '.join(dt.DEVICE_TOOLS)}. End the conversation with {AGENT_STOP} when the issue is resolved.")
 
 
-def system_prompt(policy: str | None = None) -> str:
-  """The system message: ``policy`` (default ``policy_text()``) plus the agent tool
-  schemas in Qwen's function-calling layout (the same layout as Navigation)."""
+def system_prompt(policy: str | None = None, with_tools: bool = True) -> str:
+  """The system message: ``policy`` (default ``policy_text()``) plus, with ``with_tools``, the
+  agent tool schemas in Qwen's function-calling layout (the same layout as Navigation)."""
+  text = (policy if policy is not None else policy_text()).strip()
+  if not with_tools:
+    return text
   schemas = "\n".join(json.dumps(t.schema(), ensure_ascii=False, separators=(",", ":"))
                       for t in at.AGENT_TOOLS.values())
-  return f"{(policy if policy is not None else policy_text()).strip()}\n\n{TOOLS_HEADER}\n{schemas}\n{TOOLS_FOOTER}"
+  return f"{text}\n\n{TOOLS_HEADER}\n{schemas}\n{TOOLS_FOOTER}"
 
 
 class TelecomEnv(Environment):
   """One tau2-Telecom episode at a time; create one instance per concurrent episode.
 
-  policy: replaces the policy text (e.g. a condensed policy for a tiny model); the
-    tool schemas are appended either way.
+  policy: replaces the policy text (e.g. a condensed policy for a tiny model).
   seed: the scripted user's phrasing seed.
+  tools_in_prompt: the system message lists the agent tools (default; the layout the tiny policy
+    was trained on); False: the policy text only, and the tools go to the chat template's
+    ``tools=`` (``tool_schemas()``), as a real chat model expects.
   """
 
-  def __init__(self, policy: str | None = None, max_turns: int = MAX_TURNS, seed: int = 0):
+  def __init__(self, policy: str | None = None, max_turns: int = MAX_TURNS, seed: int = 0,
+               tools_in_prompt: bool = True):
     if max_turns < 1:
       raise ValueError(f"max_turns must be >= 1, got {max_turns}")
     self.max_turns = max_turns
     self.seed = seed
-    self._system_prompt = system_prompt(policy)
+    self.tools_in_prompt = bool(tools_in_prompt)
+    self._system_prompt = system_prompt(policy, with_tools=self.tools_in_prompt)
     self._task: TelecomTask | None = None
     self._state: st.TelecomState | None = None
     self._user: ScriptedUser | None = None

@@ -40,7 +40,7 @@ def policy_for(policy_text: str) -> str | None:
   raise ValueError(f"env.policy_text: expected 'full' or 'condensed', got {policy_text!r}")
 
 
-def telecom_source(cfg: ExperimentConfig, policy: str | None = None) -> TaskSource:
+def telecom_source(cfg: ExperimentConfig, policy: str | None = None, tools_in_template: bool = False) -> TaskSource:
   """The offline tau2-Telecom benchmark as a ``TaskSource``.
 
   cfg: reads ``cfg.env.max_turns`` (1..30; the paper's protocol allows 30 assistant
@@ -49,6 +49,8 @@ def telecom_source(cfg: ExperimentConfig, policy: str | None = None) -> TaskSour
   policy: replaces the policy text of the system prompt (e.g. a condensed policy for a
     tiny model); None: ``cfg.env.policy_text`` decides ("full": the policy and tech-support
     manual; "condensed": ``condensed.CONDENSED_POLICY``).
+  tools_in_template: the system message holds the policy text only and the agent tools reach the
+    model through the chat template's ``tools=``; default False: the system message lists them.
   """
   max_turns = int(cfg.env.max_turns)
   if not 1 <= max_turns <= MAX_TURNS:
@@ -63,9 +65,10 @@ def telecom_source(cfg: ExperimentConfig, policy: str | None = None) -> TaskSour
   return TaskSource(
       train=train,
       test=test,
-      env_factory=lambda: TelecomEnv(policy=policy, max_turns=max_turns, seed=seed),
+      env_factory=lambda: TelecomEnv(policy=policy, max_turns=max_turns, seed=seed,
+                                     tools_in_prompt=not tools_in_template),
       task_id=lambda t: t.task_id,
       subsets=telecom_subsets(),
       domain="telecom",
-      tool_schemas=None,
+      tool_schemas=TelecomEnv(policy=policy, tools_in_prompt=False).tool_schemas() if tools_in_template else None,
   )
