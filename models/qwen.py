@@ -276,6 +276,12 @@ class DecoderLayer(nnx.Module):
     return constrain(x + self.mlp(self.post_attn_norm(x)), RESIDUAL), new_cache
 
 
+def _same_layers(layers) -> bool:
+  """Whether every layer has the first one's structure (a scan needs it; MoE models may mix)."""
+  first = nnx.split(layers[0])[0]
+  return all(nnx.split(layer)[0] == first for layer in layers[1:])
+
+
 def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
   """positions: [B, T] = cumsum(mask) - 1, clipped at 0 (padding gets position 0 on the left)."""
   return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
@@ -326,24 +332,26 @@ class Qwen(nnx.Module):
     return self.logits(h)
 
   def hidden_states(self, input_ids: jax.Array, attention_mask: jax.Array, *, remat: str = "none",
-                    right_padded: bool = False) -> jax.Array:
+                    right_padded: bool = False, scan: bool = False) -> jax.Array:
     """Final-norm hidden states [B, T, E] of a full (uncached) forward pass.
 
     remat: a key of ``REMAT_POLICIES``, what each decoder layer keeps for a backward pass.
     right_padded: the caller promises every row's real tokens come first (``RTIBatch``'s layout),
     which lets a GPU run cuDNN's fused attention from the row lengths.
+    scan: run the layers as one ``lax.scan`` over a stacked view of their parameters (one compiled
+    layer body; the parameter tree is unchanged), when all layers share one structure.
     """
     lengths = jnp.sum(attention_mask, axis=-1).astype(jnp.int32) if right_padded else None
     h, _ = self.forward(input_ids, positions_from_mask(attention_mask),
-                        causal_padding_mask(attention_mask), causal=True, remat=remat, lengths=lengths)
+                        causal_padding_mask(attention_mask), causal=True, remat=remat, lengths=lengths, scan=scan)
     return h
 
   def token_logprobs(self, input_ids: jax.Array, attention_mask: jax.Array, *, vocab_chunk: int,
-                     remat: str = "none", right_padded: bool = False) -> jax.Array:
+                     remat: str = "none", right_padded: bool = False, scan: bool = False) -> jax.Array:
     """``rti_jax.objectives.next_token_logprobs(self(input_ids, attention_mask), input_ids)`` without
     the [B, T, V] logits: out[:, t] = log p(input_ids[:, t] | input_ids[:, :t]), out[:, 0] = 0, fp32,
     the vocabulary ``vocab_chunk`` ids at a time (``models.vocab_logprobs``)."""
-    h = self.hidden_states(input_ids, attention_mask, remat=remat, right_padded=right_padded)
+    h = self.hidden_states(input_ids, attention_mask, remat=remat, right_padded=right_padded, scan=scan)
     targets = jnp.concatenate([input_ids[:, 1:], jnp.zeros_like(input_ids[:, :1])], axis=1)
     tied = self.config.tie_word_embeddings
     head = self.embed.embedding[...] if tied else self.lm_head[...]
@@ -353,9 +361,9 @@ class Qwen(nnx.Module):
   def forward(self, input_ids: jax.Array, positions: jax.Array, mask: jax.Array,
               cache: list[LayerCache] | None = None, cache_index: jax.Array | None = None,
               causal: bool = False, remat: str = "none", lengths: jax.Array | None = None,
-              ) -> tuple[jax.Array, list[LayerCache] | None]:
+              scan: bool = False) -> tuple[jax.Array, list[LayerCache] | None]:
     """The decoder stack. input_ids, positions: [B, T]; mask: [B, T, S] bool; causal, lengths: see
-    ``Attention.__call__`` (set by :meth:`hidden_states`, whose mask is causal); remat: see
+    ``Attention.__call__`` (set by :meth:`hidden_states`, whose mask is causal); remat, scan: see
     :meth:`hidden_states` (uncached passes only).
 
     Returns final-norm hidden states [B, T, E] and the updated cache (None without one).
@@ -366,6 +374,8 @@ class Qwen(nnx.Module):
     x = constrain(self.embed(input_ids), RESIDUAL)
     if cache is None:
       run = lambda layer, x: layer(x, positions, mask, inv_freq, causal=causal, lengths=lengths)[0]  # noqa: E731
+      if scan and len(self.layers) > 1 and _same_layers(self.layers):
+        return self.norm(self._scan_layers(run, x, remat)), None
       if remat != "none":
         run = nnx.remat(run, policy=REMAT_POLICIES[remat])
       for layer in self.layers:
@@ -376,6 +386,25 @@ class Qwen(nnx.Module):
       x, layer_cache = layer(x, positions, mask, inv_freq, cache[i], cache_index, causal)
       new_cache.append(layer_cache)
     return self.norm(x), new_cache
+
+  def _scan_layers(self, run, x: jax.Array, remat: str) -> jax.Array:
+    """The decoder layers as one ``lax.scan`` over a stacked view of their parameters.
+
+    The parameter tree stays one entry per layer (HF load / save, checkpoints); the stack is built
+    inside the traced function, its floating leaves cast to the compute dtype first (each layer
+    casts its weights to it before every matmul anyway, so the numbers are those of the loop), and
+    its gradient flows back to each layer's own parameters.
+    """
+    graphdef, _ = nnx.split(self.layers[0])
+    cast = lambda a: a.astype(self.dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a  # noqa: E731
+    stacked = jax.tree.map(lambda *a: jnp.stack([cast(v) for v in a]), *[nnx.state(l) for l in self.layers])
+
+    def body(h, layer_state):
+      return run(nnx.merge(graphdef, layer_state), h), None
+
+    if remat != "none":
+      body = jax.checkpoint(body, policy=REMAT_POLICIES[remat])
+    return jax.lax.scan(body, x, stacked)[0]
 
   def logits(self, h: jax.Array) -> jax.Array:
     """h: [..., E] -> logits [..., V] in fp32 (fp32 accumulation even for bf16 weights)."""

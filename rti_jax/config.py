@@ -77,8 +77,8 @@ class EnvConfig:
   # condensed = ``envs.telecom.condensed.CONDENSED_POLICY`` (for a tiny policy; what was condensed
   # is listed there). The agent-tool schemas are appended either way.
   policy_text: str = "full"
-  # Navigation: the tools reach the model through the chat template's ``tools=`` (a real chat model
-  # sees its own tools layout) instead of a tools list in the system message (the tiny policies').
+  # The tools reach the model through the chat template's ``tools=`` (a real chat model sees its own
+  # tools layout) instead of a tools list in the system message (the tiny policies' layout).
   tools_in_template: bool = False
   # Navigation: share of each split built as hidden-city tasks (``envs.navigation.hidden``): nothing
   # the policy sees tells the trip's city, the user does when asked (the ``ask_user`` tool, offered
@@ -184,14 +184,13 @@ class OptimConfig:
   # step (same loss and gradient as one padded batch, less padding). 1 = one batch padded to its
   # longest row.
   length_chunks: int = 1
-  # The step's memory model (rti_jax/step_fns.py; docs/benchmarks.md, "Memory plan"). remat: what each
-  # decoder layer keeps for the backward pass (none | full | dots). vocab_chunk: token log-probs from
-  # the hidden states this many vocabulary ids at a time (no [B, T, V] logits; null = full logits).
-  # tokens_per_device: micro-batches of at most this many tokens per device, gradients summed in the
-  # step (null = each minibatch in one pass), and the train state donated to the step.
+  # The step's memory model (rti_jax/step_fns.py, docs/benchmarks.md "Memory plan"): per-layer remat
+  # (none | full | dots); log-probs vocab_chunk ids at a time (null: full logits); micro-batches of at
+  # most tokens_per_device tokens per device, state donated (null: one pass); layers as one scan.
   remat: str = "none"
   vocab_chunk: Optional[int] = None
   tokens_per_device: Optional[int] = None
+  scan_layers: bool = False
 
 
 @dataclasses.dataclass
@@ -330,9 +329,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     raise ConfigError(f"optim.weight_decay: expected >= 0, got {o.weight_decay}")
   if o.remat not in ("none", "full", "dots"):
     raise ConfigError(f"optim.remat: expected one of ['none', 'full', 'dots'], got {o.remat!r}")
-  for key in ("optim.vocab_chunk", "optim.tokens_per_device"):
-    if _get(cfg, key) is not None and _get(cfg, key) < 1:
-      raise ConfigError(f"{key}: expected null or an integer >= 1, got {_get(cfg, key)!r}")
+  for key in (k for k in ("optim.vocab_chunk", "optim.tokens_per_device") if (_get(cfg, k) or 0) < 0 or _get(cfg, k) == 0):
+    raise ConfigError(f"{key}: expected null or an integer >= 1, got {_get(cfg, key)!r}")
   for key in ("optim.b1", "optim.b2"):
     if not 0 <= _get(cfg, key) < 1:
       raise ConfigError(f"{key}: expected a value in [0, 1), got {_get(cfg, key)}")

@@ -339,7 +339,7 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
                     rules: Mapping[str, tuple[str, ...] | None] = LOGICAL_AXIS_RULES,
                     micro_batches: int = 1, donate: bool = False,
                     tx_key: Hashable | None = None, remat: str = "none", vocab_chunk: int | None = None,
-                    tokens_per_device: int | None = None) -> ShardedTrainStep:
+                    tokens_per_device: int | None = None, scan_layers: bool = False) -> ShardedTrainStep:
   """Builds the sharded train step for any NNX model with ``logits = model(input_ids, attention_mask)``.
 
   model: an NNX module returning logits [B, T, V]; tx: optax transformation; mesh: from
@@ -362,15 +362,16 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
   states, this many vocabulary ids at a time, so the [B, T, V] logits never exist (a model with
   that method; ``logp_fn`` must be the default); tokens_per_device: micro-batches sized so that each
   device runs at most this many tokens (``batch rows / devices`` rows split evenly, at least one row
-  each), their numerator gradients, numerators and denominators summed in the scan's carry.
+  each), their numerator gradients, numerators and denominators summed in the scan's carry;
+  scan_layers: the decoder layers as one ``lax.scan`` over a stacked view of their parameters.
   """
   if not isinstance(loss_cfg, LossConfig):
     raise ValueError(f"loss_cfg: expected a LossConfig, got {type(loss_cfg).__name__}")
   if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
     raise ValueError(f"micro_batches: expected a positive int, got {micro_batches!r}")
   from rti_jax.step_fns import MemoryModel, jit_step_functions  # the step's body; it imports this module
-  memory = MemoryModel.of(model, logp_fn, remat=remat, vocab_chunk=vocab_chunk,
-                          tokens_per_device=tokens_per_device, micro_batches=micro_batches)
+  memory = MemoryModel.of(model, logp_fn, remat=remat, vocab_chunk=vocab_chunk, tokens_per_device=tokens_per_device,
+                          micro_batches=micro_batches, scan_layers=scan_layers)
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)
   fallbacks: list[str] = []
   p_sh = param_shardings(params, mesh, rules=rules, fallbacks=fallbacks)

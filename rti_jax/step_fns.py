@@ -27,12 +27,14 @@ from rti_jax.sharding import LOGICAL_AXIS_RULES, Rules, StepOutput, TrainState, 
 @dataclasses.dataclass(frozen=True)
 class MemoryModel:
   """remat: ``models.qwen.REMAT_POLICIES`` key; vocab_chunk: None (full logits) or the ids per
-  chunk; tokens_per_device: None (``micro_batches`` fixed micro-batches) or the budget."""
+  chunk; tokens_per_device: None (``micro_batches`` fixed micro-batches) or the budget;
+  scan_layers: the decoder layers as one scan over a stacked view of their parameters."""
 
   remat: str = "none"
   vocab_chunk: int | None = None
   tokens_per_device: int | None = None
   micro_batches: int = 1
+  scan_layers: bool = False
 
   @classmethod
   def of(cls, model: nnx.Module, logp_fn: Callable, **kw: Any) -> "MemoryModel":
@@ -46,14 +48,19 @@ class MemoryModel:
         raise ValueError(f"{name}: expected None or a positive int, got {val!r}")
     if m.remat not in REMAT_POLICIES:
       raise ValueError(f"remat: expected one of {sorted(REMAT_POLICIES)}, got {m.remat!r}")
-    if (m.remat != "none" or m.vocab_chunk is not None) and not hasattr(model, "token_logprobs"):
-      raise ValueError(f"remat / vocab_chunk: the model ({type(model).__name__}) has no token_logprobs / "
+    if (m.lean or m.vocab_chunk is not None) and not hasattr(model, "token_logprobs"):
+      raise ValueError(f"remat / scan_layers / vocab_chunk: the model ({type(model).__name__}) has no token_logprobs / "
                        "hidden_states (models.qwen.Qwen has)")
     if m.vocab_chunk is not None and logp_fn is not next_token_logprobs:
       raise ValueError("vocab_chunk: the model computes the log-probs itself; logp_fn must be the default")
     if m.tokens_per_device is not None and m.micro_batches != 1:
       raise ValueError("tokens_per_device and micro_batches > 1: give one of them")
     return m
+
+  @property
+  def lean(self) -> bool:
+    """Whether the forward pass differs from ``model(input_ids, attention_mask)``'s."""
+    return self.remat != "none" or self.scan_layers or self.vocab_chunk is not None
 
   def count(self, rows: int, length: int, data_parallel: int) -> int:
     """Micro-batches for a batch of ``rows`` x ``length`` split over ``data_parallel`` devices: each
@@ -81,14 +88,13 @@ def jit_step_functions(graphdef: Any, tx: optax.GradientTransformation, mesh: Me
     """Loss numerator (differentiated), with the denominator and metrics as aux."""
     batch.check()
     net = nnx.merge(graphdef, p, rest_state)
-    if memory.vocab_chunk is not None or memory.remat != "none":
-      with activation_sharding(mesh, rules):  # RTIBatch rows are right padded
+    if memory.lean:
+      kw = dict(remat=memory.remat, scan=memory.scan_layers, right_padded=True)  # RTIBatch rows are right padded
+      with activation_sharding(mesh, rules):
         if memory.vocab_chunk is not None:
-          logp = net.token_logprobs(batch.input_ids, batch.attention_mask, vocab_chunk=memory.vocab_chunk,
-                                    remat=memory.remat, right_padded=True)
+          logp = net.token_logprobs(batch.input_ids, batch.attention_mask, vocab_chunk=memory.vocab_chunk, **kw)
         else:
-          logp = logp_fn(net.logits(net.hidden_states(batch.input_ids, batch.attention_mask, remat=memory.remat,
-                                                      right_padded=True)), batch.input_ids)
+          logp = logp_fn(net.logits(net.hidden_states(batch.input_ids, batch.attention_mask, **kw)), batch.input_ids)
       parts = parts_of(logp, batch, loss_cfg)
       return parts.numerator, (parts.denominator, parts.metrics)
     with activation_sharding(mesh, rules):  # the model's own activation constraints (models.qwen)

@@ -162,7 +162,8 @@ class Trainer:
     self.train_step: ShardedTrainStep = make_train_step(
         model, self.tx, self.mesh, self.loss_config,
         tx_key=("clip_by_global_norm+adamw", o.max_grad_norm, o.lr, o.b1, o.b2, o.weight_decay),
-        remat=o.remat, vocab_chunk=o.vocab_chunk, tokens_per_device=o.tokens_per_device, donate=donate)
+        remat=o.remat, vocab_chunk=o.vocab_chunk, tokens_per_device=o.tokens_per_device, scan_layers=o.scan_layers,
+        donate=donate)
     self.state: TrainState = self.train_step.state
     self.ref_params = self.state.params if cfg.loss.beta > 0 else None
     self.hooks = baselines.method_hooks(self)  # what the configured method adds (rti_jax/baselines.py)

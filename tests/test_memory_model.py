@@ -138,8 +138,8 @@ def test_micro_batch_count_from_the_tokens_per_device_budget() -> None:
 
 @pytest.mark.parametrize("budget", [24, 48])
 def test_step_with_the_memory_model_equals_the_plain_step(budget: int) -> None:
-  """remat full + vocab chunks + micro-batches from a token budget (donated state) vs the plain step:
-  same loss, gradients and AdamW update."""
+  """remat full + vocab chunks + micro-batches from a token budget (donated state), with the layers
+  scanned for one budget, vs the plain step: same loss, gradients and AdamW update."""
   import optax
 
   from rti_jax import sharding as S
@@ -153,7 +153,7 @@ def test_step_with_the_memory_model_equals_the_plain_step(budget: int) -> None:
   plain = S.make_train_step(tiny(seed=3), tx, mesh, LossConfig(name="rti"))
   s_plain, o_plain = plain.step(plain.state, plain.shard_batch(batch))
   lean = S.make_train_step(tiny(seed=3), tx, mesh, LossConfig(name="rti"), remat="full", vocab_chunk=20,
-                           tokens_per_device=budget, donate=True)
+                           tokens_per_device=budget, donate=True, scan_layers=budget == 48)
   s_lean, o_lean = lean.step(lean.state, lean.shard_batch(batch))
   assert abs(float(o_lean.loss) - float(o_plain.loss)) <= 1e-6 * max(1.0, abs(float(o_plain.loss)))
   assert max_diff(o_lean.grads, o_plain.grads) <= 1e-5 * max_abs(o_plain.grads)
@@ -174,3 +174,35 @@ def test_memory_model_rejects_bad_settings() -> None:
     S.make_train_step(tiny(), optax.sgd(0.1), mesh, LossConfig(), tokens_per_device=64, micro_batches=2)
   with pytest.raises(ValueError, match="remat"):
     S.make_train_step(tiny(), optax.sgd(0.1), mesh, LossConfig(), remat="all")
+
+
+@pytest.mark.parametrize("remat", ["none", "full"])
+def test_scanned_layers_equal_the_layer_loop(remat: str) -> None:
+  """The layers as one scan over a stacked view: same log-probs and gradients, same parameter tree."""
+  model = tiny()
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  ids, mask = batch()
+  weights = jax.random.normal(jax.random.key(2), ids.shape) * mask
+
+  def f(p, scan):
+    net = nnx.merge(graphdef, p, rest)
+    return jnp.sum(net.token_logprobs(ids, mask, vocab_chunk=48, remat=remat, scan=scan) * weights)
+
+  v_loop, g_loop = jax.value_and_grad(f)(params, False)
+  v_scan, g_scan = jax.value_and_grad(f)(params, True)
+  assert abs(float(v_scan) - float(v_loop)) <= 1e-6 * abs(float(v_loop))
+  assert jax.tree.structure(g_scan) == jax.tree.structure(params)
+  assert max_diff(g_scan, g_loop) <= 1e-6 * max_abs(g_loop)
+
+
+def test_optim_memory_keys_are_validated() -> None:
+  from rti_jax.config import ConfigError, load_config
+
+  cfg = load_config("configs/navigation.yaml", ["optim.remat=full", "optim.tokens_per_device=4096",
+                                                 "optim.vocab_chunk=16384", "optim.scan_layers=true"])
+  assert (cfg.optim.remat, cfg.optim.tokens_per_device, cfg.optim.vocab_chunk, cfg.optim.scan_layers) == (
+    "full", 4096, 16384, True)
+  assert load_config("configs/navigation.yaml").optim.tokens_per_device is None  # the default path
+  for bad in ("optim.remat=all", "optim.tokens_per_device=0", "optim.vocab_chunk=-1"):
+    with pytest.raises(ConfigError, match=bad.split("=")[0]):
+      load_config("configs/navigation.yaml", [bad])
