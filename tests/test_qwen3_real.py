@@ -382,3 +382,21 @@ def test_navigation_tools_through_the_template_are_an_option_and_refused_where_t
   with pytest.raises(ValueError, match="tools_in_prompt=False needs a setting without condensed_prompt"):
     navigation.NavigationEnv(tiny, tools_in_prompt=False)
   assert navigation.NavigationEnv(world).reset(src.test[0])[0]["content"] == navigation.system_prompt()
+
+
+def test_telecom_tools_through_the_template_render_as_the_official_template_does():
+  """``env.tools_in_template=true``: the system message holds the policy text, the agent tools go to
+  the template's ``tools=``; every prompt of a gold episode (no reasoning) is the official template's."""
+  from rti_jax.config import load_config
+  from rti_jax.envs.source import task_source
+  from rti_jax.envs.telecom.scripted_agents import GoldAgent
+
+  src = task_source(load_config("telecom", ["env.tools_in_template=true"]))
+  task = src.test[0]
+  tk = qwen3_tokenizer("qwen3")
+  fmt = ChatFormatter(tk, src.tool_schemas)
+  ep, seen = _play(src.env_factory(), task, fmt, GoldAgent(task).act)
+  assert ep.traj.reward == 1.0 and len(seen) >= 2
+  assert "<tools>" not in seen[0][1][0]["content"]
+  assert all(context == _template_ids(tk, messages, tools=src.tool_schemas) for context, messages in seen)
+  assert '"name": "get_customer_by_phone"' in tk.decode(seen[0][0])  # the template's own tools block
