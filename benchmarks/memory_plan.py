@@ -7,7 +7,7 @@ carry their shardings, and prints each compiled executable's memory analysis per
 
 Programs:
   train_step  the trainer's update (``rti_jax.sharding.make_train_step``'s body, state donated):
-              forward with per-layer remat, log-probs a vocabulary chunk at a time, the RTI loss
+              forward with per-layer remat (layers scanned), log-probs a vocabulary chunk at a time, the RTI loss
               (Eq. 7), backward, micro-batches from ``--tokens-per-device`` summed in a scan,
               global-norm clip + AdamW; fp32 master weights and moments, bf16 matmuls.
   prefill     the sampler's prompt pass into an empty KV cache (bf16 decode copy of the weights,
@@ -119,7 +119,8 @@ def train_step_program(config: QwenConfig, mesh, args):
                    loss_mask=f32(), old_logp=f32(), advantages=abstract((b,), jnp.float32, b_sh),
                    roll_logp=f32(), cal_logp=f32(), intervened_mask=f32())
   dp = S._axes_size(mesh, b_sh.spec[0])
-  notes = [f"micro-batches {memory.count(b, t, dp)} of {b // memory.count(b, t, dp)} rows x {t} tokens",
+  k = memory.count(b, t, dp)
+  notes = [f"{k} micro-batches of {b // k} rows ({b // k // dp} per device) x {t} tokens",
            f"replicated fallbacks: {len(fallbacks)}"]
   return step.lower(state, batch).compile(), notes
 
@@ -191,7 +192,8 @@ def main() -> None:
   ap.add_argument("--seq", type=int, default=8192, help="tokens per row")
   ap.add_argument("--remat", default="full", choices=["none", "full", "dots"])
   ap.add_argument("--vocab-chunk", type=int, default=16384)
-  ap.add_argument("--scan-layers", action="store_true", help="the layers as one scan (faster compile)")
+  ap.add_argument("--scan-layers", action=argparse.BooleanOptionalAction, default=True,
+                  help="the layers as one scan (--no-scan-layers: a Python loop of remat layers)")
   ap.add_argument("--tokens-per-device", type=int, default=8192)
   ap.add_argument("--decode-batch", type=int, default=64)
   ap.add_argument("--cache", type=int, default=8192)

@@ -206,3 +206,35 @@ def test_optim_memory_keys_are_validated() -> None:
   for bad in ("optim.remat=all", "optim.tokens_per_device=0", "optim.vocab_chunk=-1"):
     with pytest.raises(ConfigError, match=bad.split("=")[0]):
       load_config("configs/navigation.yaml", [bad])
+
+
+def _plan(*args: str) -> dict[str, float]:
+  """Runs benchmarks/memory_plan.py (8 forced CPU devices, in a subprocess); its figures by program."""
+  import os
+  import pathlib
+  import subprocess
+  import sys
+
+  root = pathlib.Path(__file__).resolve().parent.parent
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(root))
+  proc = subprocess.run([sys.executable, str(root / "benchmarks" / "memory_plan.py"), "--size", "qwen3-1.7b",
+                         "--layers", "2", "--rows", "16", "--seq", "1024", "--cache", "1024", "--max-new-tokens",
+                         "256", "--decode-batch", "16", *args], capture_output=True, text=True, env=env, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  out = {}
+  for line in proc.stdout.splitlines():
+    if line.startswith("memory_plan "):
+      head, value = line.split(" per-device total GiB: ")
+      out[head.split()[-1]] = float(value)
+      assert head.split()[1:3] == ["qwen3-1.7b", "fsdp=8"]
+  return out
+
+
+@pytest.mark.slow
+def test_memory_plan_prints_every_program_and_remat_cuts_the_step() -> None:
+  lean = _plan("--tokens-per-device", "1024")
+  assert set(lean) == {"train_step", "prefill", "decode"}
+  # the weights alone: 2 layers + the 151,936 x 2,048 tied embedding, fp32 state + Adam, split 8 ways
+  assert all(v > 0.05 for v in lean.values())
+  full = _plan("--tokens-per-device", "8192", "--remat", "none", "--programs", "train_step")
+  assert lean["train_step"] < full["train_step"]
