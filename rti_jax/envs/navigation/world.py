@@ -129,6 +129,25 @@ def format_location(lon: float, lat: float, decimals: int) -> str:
   return f"{lon:.{decimals}f},{lat:.{decimals}f}"
 
 
+def _new_location(rng: np.random.Generator, clon: float, clat: float, decimals: int, seen: set[str]) -> str:
+  """A formatted location drawn uniformly within ``CITY_RADIUS_KM`` of a city centre, distinct from
+  every location in ``seen`` (redrawn until it is); added to ``seen``."""
+  while True:
+    r = CITY_RADIUS_KM * math.sqrt(rng.random())
+    theta = 2 * math.pi * rng.random()
+    lon, lat = _offset(clon, clat, r * math.cos(theta), r * math.sin(theta))
+    loc = format_location(lon, lat, decimals)
+    if loc not in seen:
+      seen.add(loc)
+      return loc
+
+
+def _street(rng: np.random.Generator) -> str:
+  """A street address: a house number, a name stem and a street kind."""
+  return (f"{int(rng.integers(1, 200))} {words.STEMS[int(rng.integers(len(words.STEMS)))]} "
+          f"{words.STREET_KINDS[int(rng.integers(len(words.STREET_KINDS)))]}")
+
+
 _COORD_CHARS = frozenset("-+0123456789.")
 
 
@@ -241,18 +260,10 @@ def build_world(config: NavConfig) -> World:
   seen_locations: set[str] = set()
   for (city, clon, clat) in cities:
     for name in per_city_names[city]:
-      while True:
-        r = CITY_RADIUS_KM * math.sqrt(rng.random())
-        theta = 2 * math.pi * rng.random()
-        lon, lat = _offset(clon, clat, r * math.cos(theta), r * math.sin(theta))
-        loc = format_location(lon, lat, config.decimals)
-        if loc not in seen_locations:
-          break
-      seen_locations.add(loc)
+      loc = _new_location(rng, clon, clat, config.decimals, seen_locations)
       lon_s, lat_s = loc.split(",")
       category = name.split()[1]
-      street = f"{int(rng.integers(1, 200))} {words.STEMS[int(rng.integers(len(words.STEMS)))]} " \
-               f"{words.STREET_KINDS[int(rng.integers(len(words.STREET_KINDS)))]}"
+      street = _street(rng)
       open_h = int(rng.integers(6, 10))
       pois.append(POI(
           poi_id=f"P{len(pois):04d}",
@@ -322,17 +333,9 @@ def hidden_city_pois(config: NavConfig, pois: list[POI], cities: Sequence[str],
         rating, hours = f"{rng.integers(30, 50) / 10:.1f}", f"{open_h}-{open_h + int(rng.integers(8, 13))}"
         for city in group:
           clon, clat = centres[city]
-          while True:
-            r = CITY_RADIUS_KM * math.sqrt(rng.random())
-            theta = 2 * math.pi * rng.random()
-            lon, lat = _offset(clon, clat, r * math.cos(theta), r * math.sin(theta))
-            loc = format_location(lon, lat, config.decimals)
-            if loc not in seen_locations:
-              break
-          seen_locations.add(loc)
+          loc = _new_location(rng, clon, clat, config.decimals, seen_locations)
           lon_s, lat_s = loc.split(",")
-          street = f"{int(rng.integers(1, 200))} {words.STEMS[int(rng.integers(len(words.STEMS)))]} " \
-                   f"{words.STREET_KINDS[int(rng.integers(len(words.STREET_KINDS)))]}"
+          street = _street(rng)
           out.append(POI(poi_id=f"P{len(pois) + len(out):04d}", name=name, category=category, type=words.SCENIC_TYPE,
                          city=city, address=street, location=loc, lon=float(lon_s), lat=float(lat_s),
                          popularity=popularity[city], rating=rating, hours=hours))
