@@ -198,12 +198,7 @@ def place_batch(train_step: Any, batch: Any) -> Any:
   ``jax.make_array_from_process_local_data``."""
   if not multi_process():
     return train_step.shard_batch(batch)
-  batch.check()
-  b = batch.shape[0]
-  n = train_step.data_parallel_degree
-  if b % (n * train_step.micro_batches) != 0:
-    raise ValueError(f"batch.input_ids: expected a batch size divisible by the data-parallel "
-                     f"degree {n} x micro_batches {train_step.micro_batches}, got B={b}")
+  train_step.check_batch(batch)
   sharding = train_step.batch_sharding
 
   def one(x: Any) -> Any:

@@ -314,14 +314,18 @@ class ShardedTrainStep:
     """Devices the batch dimension is split over."""
     return _axes_size(self.mesh, self.batch_sharding.spec[0] if self.batch_sharding.spec else None)
 
-  def shard_batch(self, batch: RTIBatch) -> RTIBatch:
-    """Places a host batch on the mesh (batch dimension split); checks B divides evenly."""
+  def check_batch(self, batch: RTIBatch) -> None:
+    """``batch.check()``, and B divisible by the data-parallel degree x micro-batches."""
     batch.check()
     b = batch.shape[0]
     n = self.data_parallel_degree
     if b % (n * self.micro_batches) != 0:
       raise ValueError(f"batch.input_ids: expected a batch size divisible by the data-parallel "
                        f"degree {n} x micro_batches {self.micro_batches}, got B={b}")
+
+  def shard_batch(self, batch: RTIBatch) -> RTIBatch:
+    """Places a host batch on the mesh (batch dimension split); checks B divides evenly."""
+    self.check_batch(batch)
     return jax.device_put(batch, self.batch_sharding)
 
 
