@@ -75,6 +75,29 @@ class MemoryModel:
     return per_device // size
 
 
+_COUNTS = ("num_tokens", "intervened_tokens", "on_policy_tokens")
+_WEIGHT_OF = {"cal_weight_mean": "intervened_tokens", "clip_frac_intervened": "intervened_tokens",
+              "clip_frac_on_policy": "on_policy_tokens"}
+
+
+def combine_micro_metrics(ms: dict) -> dict:
+  """Metrics stacked over micro-batches ([k] each) as those of the whole batch, by the rule of
+  ``rti_jax.objectives.combine_chunk_metrics``: token counts summed, ratios weighted by the tokens
+  they are taken over (``num_tokens`` unless listed), a plain mean where the weights are all 0."""
+  out = {}
+  for key, vals in ms.items():
+    weights = ms.get(_WEIGHT_OF.get(key, "num_tokens"))
+    if key in _COUNTS:
+      out[key] = jnp.sum(vals, axis=0)
+    elif weights is None:
+      out[key] = jnp.mean(vals, axis=0)
+    else:
+      total = jnp.sum(weights, axis=0)
+      out[key] = jnp.where(total > 0, jnp.sum(weights * vals, axis=0) / jnp.where(total > 0, total, 1.0),
+                           jnp.mean(vals, axis=0))
+  return out
+
+
 def jit_step_functions(graphdef: Any, tx: optax.GradientTransformation, mesh: Mesh, loss_cfg: LossConfig,
                        logp_fn: Callable, micro_batches: int, donate: bool, state_sh: TrainState,
                        b_sh: NamedSharding, logits_sh: NamedSharding, p_sh: Any, replicated: NamedSharding,
@@ -127,7 +150,10 @@ def jit_step_functions(graphdef: Any, tx: optax.GradientTransformation, mesh: Me
 
       zeros = jax.tree.map(jnp.zeros_like, state.params)
       (g, num, den), ms = jax.lax.scan(body, (zeros, jnp.float32(0), jnp.float32(0)), split)
-      metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), ms)
+      if memory.tokens_per_device is None:
+        metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), ms)
+      else:  # the budget's micro-batches are an implementation detail: the whole batch's metrics
+        metrics = combine_micro_metrics(ms)
     return g, num, den, metrics
 
   def step(state: TrainState, batch: RTIBatch) -> tuple[TrainState, StepOutput]:

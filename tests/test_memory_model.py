@@ -159,6 +159,9 @@ def test_step_with_the_memory_model_equals_the_plain_step(budget: int) -> None:
   assert max_diff(o_lean.grads, o_plain.grads) <= 1e-5 * max_abs(o_plain.grads)
   assert max_diff(s_lean.params, s_plain.params) <= 1e-5  # AdamW moves each weight by about lr = 1e-2
   assert max_diff(s_plain.params, plain.state.params) > 1e-3  # the step moved the weights
+  assert set(o_lean.metrics) == set(o_plain.metrics)  # the whole batch's metrics, not a micro-batch mean
+  for key, value in o_plain.metrics.items():
+    assert float(o_lean.metrics[key]) == pytest.approx(float(value), rel=1e-5, abs=1e-7), key
 
 
 def test_memory_model_rejects_bad_settings() -> None:
@@ -238,3 +241,53 @@ def test_memory_plan_prints_every_program_and_remat_cuts_the_step() -> None:
   assert all(v > 0.05 for v in lean.values())
   full = _plan("--tokens-per-device", "8192", "--remat", "none", "--programs", "train_step")
   assert lean["train_step"] < full["train_step"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunks", [1, 2])
+def test_trainer_with_the_memory_model_equals_the_default_trainer(toy_policy, tmp_path, chunks: int) -> None:
+  """Two trainer iterations with remat, scanned layers, vocab chunks and a 16-token budget per device
+  (micro-batches of one row, donated state; with length chunks, the running gradient sum) give the
+  default trainer's rollouts, metrics and parameters up to fp32 summation order."""
+  from rti_jax.envs.source import TaskSource
+  from rti_jax.trainer import TIMING_KEYS, Trainer
+  from rti_jax.config import load_config
+  from trainer_fixtures import LengthRewardEnv
+
+  def cfg(*extra):
+    return load_config("navigation", [
+      f"policy.path={toy_policy}", "loss.method=grpo", "rollout.tasks_per_iter=2", "rollout.group_size=4",
+      "rollout.max_new_tokens=6", "rollout.max_context=128", "train.iterations=2", "train.checkpoint_every=10",
+      "optim.lr=0.01", "train.eval_every=100", "train.val_tasks=0", f"optim.length_chunks={chunks}", *extra])
+
+  source = lambda: TaskSource(train=list(range(12)), test=list(range(100, 104)), env_factory=LengthRewardEnv,  # noqa: E731
+                              task_id=str, subsets={}, domain="navigation")
+  runs = []
+  for extra in ((), ("optim.remat=full", "optim.scan_layers=true", "optim.vocab_chunk=7", "optim.tokens_per_device=16")):
+    tr = Trainer(cfg(*extra), tmp_path / f"r{len(extra)}", source=source(), progress=False)
+    runs.append((tr.train(), jax.tree.leaves(tr.state.params), tr.train_step))
+  (plain, p_plain, _), (lean, p_lean, step) = runs
+  assert step.step is not runs[0][2].step  # its own jitted step (donating)
+  for a, b in zip(plain, lean):
+    assert a["tokens"] == b["tokens"] and a["reward_mean"] == b["reward_mean"]  # the same rollouts
+    for key in ("loss", "grad_norm", "num_tokens"):
+      assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+    assert set(a) - set(TIMING_KEYS) == set(b) - set(TIMING_KEYS)
+  diff = max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(p_plain, p_lean))
+  assert diff <= 0.1 * 0.01  # a tenth of one Adam step at lr 0.01 (see tests/test_trainer.py)
+
+
+def test_micro_batch_metrics_combine_as_the_length_chunks_do() -> None:
+  from rti_jax.objectives import combine_chunk_metrics
+  from rti_jax.step_fns import combine_micro_metrics
+
+  chunks = [{"num_tokens": 10.0, "intervened_tokens": 2.0, "on_policy_tokens": 8.0, "clip_frac": 0.1,
+             "cal_weight_mean": 0.5, "clip_frac_on_policy": 0.25},
+            {"num_tokens": 30.0, "intervened_tokens": 0.0, "on_policy_tokens": 30.0, "clip_frac": 0.3,
+             "cal_weight_mean": 0.9, "clip_frac_on_policy": 0.05}]
+  stacked = {k: jnp.asarray([c[k] for c in chunks], jnp.float32) for k in chunks[0]}
+  got = combine_micro_metrics(stacked)
+  want = combine_chunk_metrics(chunks)
+  assert want["clip_frac"] == pytest.approx(0.25) and want["cal_weight_mean"] == pytest.approx(0.5)
+  for key, value in want.items():
+    assert float(got[key]) == pytest.approx(value, rel=1e-6), key
