@@ -112,7 +112,7 @@ def rti_batch(rows: int = 4, t: int = 24):
   from rti_jax.objectives import RTIBatch
 
   rng = np.random.default_rng(0)
-  lengths = np.array([t, t - 5, 11, t - 2, 9, t, 14, 20][:rows])
+  lengths = np.resize(np.array([t, t - 5, 11, t - 2, 9, t, 14, 20]), rows)
   real = (np.arange(t)[None] < lengths[:, None])
   loss_mask = (real & (np.arange(t)[None] >= 5)).astype(np.float32)
   inter = np.zeros((rows, t), np.float32)
@@ -291,3 +291,25 @@ def test_micro_batch_metrics_combine_as_the_length_chunks_do() -> None:
   assert want["clip_frac"] == pytest.approx(0.25) and want["cal_weight_mean"] == pytest.approx(0.5)
   for key, value in want.items():
     assert float(got[key]) == pytest.approx(value, rel=1e-6), key
+
+
+@pytest.mark.slow
+def test_memory_model_step_on_meshes_equals_the_one_device_plain_step() -> None:
+  """tests/_memory_model_check.py: 16 rows on (fsdp=8) and (data=2, fsdp=2, tensor=2), one row per
+  device per micro-batch (2 and 4 micro-batches), against the plain step on one device."""
+  import json
+  import os
+  import pathlib
+  import subprocess
+  import sys
+
+  here = pathlib.Path(__file__).resolve().parent
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(here.parent))
+  proc = subprocess.run([sys.executable, str(here / "_memory_model_check.py")], capture_output=True, text=True,
+                        env=env, cwd=here.parent, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  report = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert {m: r["micro_batches"] for m, r in report.items()} == {"fsdp8": 2, "dp2fsdp2tp2": 4}
+  for mesh, r in report.items():
+    assert r["loss"] <= 1e-6 and r["grads_rel"] <= 1e-5 and r["params"] <= 1e-5, mesh
+    assert r["moved"] > 1e-3 and r["num_tokens"][0] == r["num_tokens"][1], mesh
