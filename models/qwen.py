@@ -143,18 +143,16 @@ class Attention(nnx.Module):
     # Heads-major layout [B, N, T, D], so both attention matmuls batch over (B, kv head)
     # without transposing the cache.
     k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
-    new_cache = None
-    if cache is not None:
-      if jnp.ndim(cache_index) == 1:  # per-row slots [B] (models.sampler's prefix-cache path)
-        write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(c, u, (0, i, 0)))
-        k = write(cache.k, k.astype(cache.k.dtype), cache_index)
-        v = write(cache.v, v.astype(cache.v.dtype), cache_index)
-      else:
-        start = (0, 0, cache_index, 0)
-        k = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), start)
-        v = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), start)
-      k, v = constrain(k, CACHE), constrain(v, CACHE)
-      new_cache = LayerCache(k, v)
+    if jnp.ndim(cache_index) == 1:  # per-row slots [B] (models.sampler's prefix-cache path)
+      write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(c, u, (0, i, 0)))
+      k = write(cache.k, k.astype(cache.k.dtype), cache_index)
+      v = write(cache.v, v.astype(cache.v.dtype), cache_index)
+    else:
+      start = (0, 0, cache_index, 0)
+      k = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), start)
+      v = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), start)
+    k, v = constrain(k, CACHE), constrain(v, CACHE)
+    new_cache = LayerCache(k, v)
     groups = self.num_heads // self.num_kv_heads
     q = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim).transpose(0, 2, 3, 1, 4)
     # Blocks need the keys to start at slot 0: a cache prefill at index 0.
