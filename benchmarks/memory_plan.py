@@ -13,6 +13,7 @@ Programs:
   prefill     the sampler's prompt pass into an empty KV cache (bf16 decode copy of the weights,
               ``DECODE_AXIS_RULES``), last-position logits.
   decode      one decode step: one token per row against the full cache (cache donated).
+  ref_logp    (on request) the KL reference pass of ``loss.beta > 0``, over one update's rows.
 
 Usage (the paper's setting: 32 tasks x G = 8 rows of 8,192 tokens per update, decode batch 64 with
 an 8k cache)::
@@ -125,6 +126,25 @@ def train_step_program(config: QwenConfig, mesh, args):
   return step.lower(state, batch).compile(), notes
 
 
+def ref_logp_program(config: QwenConfig, mesh, args):
+  """The KL reference pass (``loss.beta > 0``): the trainer's ``_forward_logp`` over one update's
+  rows under the fp32 reference parameters (a second parameter copy beside the train state)."""
+  from rti_jax.trainer import _forward_logp
+
+  model = abstract_model(config, jnp.bfloat16, jnp.float32)
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  p_sh = S.param_shardings(params, mesh)
+  b_sh = S.batch_sharding(mesh)
+  replicated = NamedSharding(mesh, PartitionSpec())
+  b, t = args.rows, args.seq
+  ids = abstract((b, t), jnp.int32, b_sh)
+  k = MemoryModel(tokens_per_device=args.tokens_per_device).count(b, t, S._axes_size(mesh, b_sh.spec[0]))
+  lowered = _forward_logp.lower(graphdef, with_shardings(params, p_sh),
+                                with_shardings(rest, jax.tree.map(lambda _: replicated, rest)), ids, ids,
+                                args.vocab_chunk, k, args.scan_layers)
+  return lowered.compile(), [f"{b} rows x {t} tokens in {k} micro-batches"]
+
+
 def decode_state(config: QwenConfig, mesh):
   model = abstract_model(config, jnp.bfloat16, jnp.bfloat16)
   graphdef, state = nnx.split(model)
@@ -180,14 +200,16 @@ def decode_program(config: QwenConfig, mesh, args):
   return compiled, [f"batch {b}, cache {s}"]
 
 
-PROGRAMS = {"train_step": train_step_program, "prefill": prefill_program, "decode": decode_program}
+PROGRAMS = {"train_step": train_step_program, "prefill": prefill_program, "decode": decode_program,
+            "ref_logp": ref_logp_program}
 
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--size", nargs="+", default=["qwen3-8b", "qwen3-1.7b"], choices=sorted(SIZES))
   ap.add_argument("--mesh", default="fsdp=8", help="e.g. fsdp=8 or fsdp=4,tensor=2 (8 devices)")
-  ap.add_argument("--programs", default="train_step,prefill,decode")
+  ap.add_argument("--programs", default="train_step,prefill,decode",
+                  help=f"comma-separated, of {sorted(PROGRAMS)} (ref_logp: the KL reference pass, loss.beta > 0)")
   ap.add_argument("--rows", type=int, default=256, help="rows per update (tasks x G: 32 x 8)")
   ap.add_argument("--seq", type=int, default=8192, help="tokens per row")
   ap.add_argument("--remat", default="full", choices=["none", "full", "dots"])

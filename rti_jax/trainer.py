@@ -53,6 +53,7 @@ from rti_jax.metrics import paper_summary
 from rti_jax.rollout import ChatFormatter, Trajectory, rollout_groups, turn_counts
 from rti_jax.shapes import UPDATE_BUCKETS, bucket_length
 from rti_jax.sharding import ShardedTrainStep, TrainState, make_mesh, make_train_step
+from rti_jax.step_fns import MemoryModel
 
 #: Per-iteration metric keys that depend on wall-clock time (excluded when comparing runs).
 TIMING_KEYS = ("time/rollout_s", "time/intervention_s", "time/update_s", "time/iteration_s", "time/total_s",
@@ -203,7 +204,11 @@ class Trainer:
 
   def _logp_fn(self, params: Any, ids: jax.Array, mask: jax.Array) -> jax.Array:
     """Per-token log-probs [B, T] of ``ids`` under ``params`` (jitted; compiles shared across trainers)."""
-    return _forward_logp(self.train_step.graphdef, params, self.state.rest, ids, mask, self.cfg.optim.vocab_chunk)
+    o = self.cfg.optim
+    k = MemoryModel(tokens_per_device=o.tokens_per_device).count(ids.shape[0], ids.shape[1],
+                                                                  self.train_step.data_parallel_degree)
+    return _forward_logp(self.train_step.graphdef, params, self.state.rest, ids, mask, o.vocab_chunk, k,
+                         o.scan_layers and o.vocab_chunk is not None)
 
   # --- data ----------------------------------------------------------------------------------
 
@@ -445,16 +450,25 @@ class Trainer:
     save_tokenizer(self.tokenizer, path)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "vocab_chunk"))
+@functools.partial(jax.jit, static_argnames=("graphdef", "vocab_chunk", "micro_batches", "scan"))
 def _forward_logp(graphdef: Any, params: Any, rest: Any, ids: jax.Array, mask: jax.Array,
-                  vocab_chunk: int | None = None) -> jax.Array:
+                  vocab_chunk: int | None = None, micro_batches: int = 1, scan: bool = False) -> jax.Array:
   """Per-token log-probs [B, T] of ``ids`` under ``params`` (the KL reference pass; with vocab_chunk,
-  from the hidden states a vocabulary chunk at a time). Module-level, so trainers of the same
+  from the hidden states a vocabulary chunk at a time; micro_batches > 1: rows ``j, j+k, ...`` at a
+  time in a ``lax.map``, as the train step splits them). Module-level, so trainers of the same
   architecture (GRPO then RTI in one run, or the next seed) share its compiles."""
   net = nnx.merge(graphdef, params, rest)
-  if vocab_chunk is not None:
-    return net.token_logprobs(ids, mask, vocab_chunk=vocab_chunk, right_padded=True)
-  return objectives.next_token_logprobs(net(ids, mask), ids)
+
+  def one(ids: jax.Array, mask: jax.Array) -> jax.Array:
+    if vocab_chunk is not None:
+      return net.token_logprobs(ids, mask, vocab_chunk=vocab_chunk, right_padded=True, scan=scan)
+    return objectives.next_token_logprobs(net(ids, mask), ids)
+
+  k, b = micro_batches, ids.shape[0]
+  if k == 1 or b % k:
+    return one(ids, mask)
+  split = lambda x: jnp.swapaxes(x.reshape(b // k, k, *x.shape[1:]), 0, 1)  # noqa: E731
+  return jnp.swapaxes(jax.lax.map(lambda a: one(*a), (split(ids), split(mask))), 0, 1).reshape(ids.shape)
 
 
 @functools.partial(jax.jit, donate_argnums=(0,))
