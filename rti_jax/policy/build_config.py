@@ -21,7 +21,7 @@ import math
 from typing import Any, Optional, Sequence
 
 
-from rti_jax.config import ConfigError, config_path, load_structured
+from rti_jax.config_loading import ConfigError, config_path, load_structured
 
 
 @dataclasses.dataclass
