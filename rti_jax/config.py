@@ -132,6 +132,9 @@ class LossConfig:
   aggregation: Optional[str] = _LOSS.agg  # None: the method's own (objectives.LossConfig.agg); docs/objectives.md
   agg_norm: Optional[float] = _LOSS.agg_norm  # the constant of seq-mean-token-sum-norm / dr-grpo (None: padded length)
   adv_std: str = inspect.signature(objectives.assemble_batch).parameters["advantage_std"].default  # (Eq. 1)
+  # old_logp of a Corrector-written token: roll (pi_roll; the ratio starts at 1) | cal (pi_cal, the
+  # distribution it was drawn from; the clip binds on unlikely corrections). objectives.assemble_batch.
+  intervened_old_logp: str = inspect.signature(objectives.assemble_batch).parameters["intervened_old_logp"].default
 
 
 @dataclasses.dataclass
@@ -248,6 +251,7 @@ _CHOICES = {
     "loss.kl_kind": objectives.KL_KINDS,
     "loss.aggregation": (None, *objectives.AGG_MODES),
     "loss.adv_std": objectives.ADVANTAGE_STDS,
+    "loss.intervened_old_logp": objectives.INTERVENED_OLD_LOGP,
     "baselines.luffy_when": ("all_fail", "always"),
 }
 

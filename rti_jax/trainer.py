@@ -302,6 +302,7 @@ class Trainer:
       batch = objectives.assemble_batch(
           groups[j * per:(j + 1) * per], pad_id=self.pad_id, reweight=self.cfg.intervention.reweight,
           max_len=max_len, advantage_std=self.cfg.loss.adv_std,
+          intervened_old_logp=self.cfg.loss.intervened_old_logp,
       )
       rows = batch.input_ids.shape[0]
       dp = self.train_step.data_parallel_degree

@@ -47,6 +47,7 @@ def test_overrides_win_and_inf_delta_parses():
         ("loss.aggregation=sum", "loss.aggregation"),
         ("loss.agg_norm=0", "loss.agg_norm"),
         ("policy.chat_template=chatml", "policy.chat_template"),
+        ("loss.intervened_old_logp=behaviour", "loss.intervened_old_logp"),
         ("loss.agg_norm=nan", "loss.agg_norm"),
         ("intervention.eps_cal=0", "intervention.eps_cal"),
         ("intervention.max_attempts=0", "intervention.max_attempts"),

@@ -412,3 +412,19 @@ def test_success_without_an_applied_correction_is_not_an_intervened_trajectory(t
   assert (new[1][0] is not groups[1][0]) == replaced
   assert stats.groups_replaced == int(replaced)
   assert stats.trajectories_success_unintervened == int(not replaced)
+
+
+def test_intervened_old_logp_is_pi_roll_or_pi_cal_on_corrected_tokens_only(tok, fmt):
+  _, new, _, _ = _run(tok, fmt)
+  roll, cal = assemble_batch(new), assemble_batch(new, intervened_old_logp="cal")
+  iv = np.asarray(roll.intervened_mask, bool)
+  assert iv.sum() > 0
+  np.testing.assert_array_equal(np.asarray(roll.old_logp)[iv], np.asarray(roll.roll_logp)[iv])  # ROLL
+  np.testing.assert_array_equal(np.asarray(cal.old_logp)[iv], np.asarray(cal.cal_logp)[iv])  # CAL
+  assert not np.allclose(np.asarray(roll.old_logp)[iv], np.asarray(cal.old_logp)[iv])
+  np.testing.assert_array_equal(np.asarray(roll.old_logp)[~iv], np.asarray(cal.old_logp)[~iv])
+  # Under pi_cal the first step's ratio on the corrected tokens is exp(ROLL - CAL): outside the clip.
+  _, metrics = loss_from_batch(jnp.asarray(roll.old_logp), cal, LossConfig(name="rti"))
+  assert float(metrics["clip_frac_intervened"]) == 1.0 and float(metrics["clip_frac_on_policy"]) == 0.0
+  with pytest.raises(ValueError, match="intervened_old_logp"):
+    assemble_batch(new, intervened_old_logp="behaviour")

@@ -8,7 +8,7 @@
 from rti_jax.objectives.baselines import (aepo_advantages, aepo_loss, aepo_token_loss, gspo_loss,
                                           gspo_token_loss, luffy_loss, luffy_token_loss,
                                           opd_advantages)
-from rti_jax.objectives.batch import (LOSSES, LossConfig, LossFn, LossParts, RTIBatch, assemble_batch,
+from rti_jax.objectives.batch import (INTERVENED_OLD_LOGP, LOSSES, LossConfig, LossFn, LossParts, RTIBatch, assemble_batch,
                                       combine_chunk_metrics, get_loss, length_chunks, loss_from_batch)
 from rti_jax.objectives.core import (AGG_MODES, ADVANTAGE_STDS, KL_KINDS, LOG_RATIO_CLAMP,
                                      aggregate, aggregate_parts, calibration_weights,
@@ -18,7 +18,7 @@ from rti_jax.objectives.core import (AGG_MODES, ADVANTAGE_STDS, KL_KINDS, LOG_RA
                                      token_logprobs)
 
 __all__ = [
-    "ADVANTAGE_STDS", "AGG_MODES", "KL_KINDS", "LOG_RATIO_CLAMP", "LOSSES", "LossConfig", "LossFn",
+    "ADVANTAGE_STDS", "AGG_MODES", "INTERVENED_OLD_LOGP", "KL_KINDS", "LOG_RATIO_CLAMP", "LOSSES", "LossConfig", "LossFn",
     "LossParts", "RTIBatch", "aepo_advantages", "assemble_batch", "combine_chunk_metrics", "length_chunks", "aepo_loss", "aepo_token_loss", "aggregate",
     "aggregate_parts", "calibration_weights", "clipped_surrogate", "get_loss", "group_advantages",
     "grpo_loss", "grpo_token_loss", "gspo_loss", "gspo_token_loss", "kl_penalty",

@@ -273,6 +273,10 @@ def loss_from_batch(logp: jax.Array, batch: RTIBatch, cfg: LossConfig) -> tuple[
 
 # --- host-side assembly: trajectories -> RTIBatch, and length chunks of a batch ----------------
 
+#: choices of ``assemble_batch(intervened_old_logp=...)`` (config ``loss.intervened_old_logp``).
+INTERVENED_OLD_LOGP = ("roll", "cal")
+
+
 def assemble_batch(
   groups: Sequence[Sequence[Trajectory]],
   *,
@@ -281,13 +285,21 @@ def assemble_batch(
   max_len: int | None = None,
   pad_multiple: int = 1,
   advantage_std: str = "population",
+  intervened_old_logp: str = "roll",
 ) -> RTIBatch:
   """Groups -> ``RTIBatch`` (consecutive rows per group, right padded).
 
   Every field is ``[B, T]`` aligned with ``input_ids`` (``field[:, t]`` is about token t),
   which is ``objectives.next_token_logprobs``' alignment. advantages: ``[B]`` (Eq. 1).
   max_len: sequences longer than this are cut (their tail leaves the loss).
+  intervened_old_logp: the behaviour log-prob ``old_logp`` of a Corrector-written token.
+    ``"roll"`` (default): pi_roll, its probability under the rollout context it stands in (Eq. 3),
+    so the PPO ratio starts at 1 and the calibration weight pi_cal / pi_roll (Eq. 5-6) alone carries
+    the off-policy correction. ``"cal"``: pi_cal, the distribution the token was drawn from
+    (Eq. 5), so the ratio pi_theta / pi_cal is off-policy from the first step and the clip binds
+    where the correction is unlikely under the policy (what Sec. 4.2's PPL gate guards against).
   """
+  C.check_choice("intervened_old_logp", intervened_old_logp, INTERVENED_OLD_LOGP)
   sizes = {len(g) for g in groups}
   if len(sizes) != 1 or 0 in sizes:
     raise ValueError(f"groups: expected equal, non-zero group sizes, got {sorted(sizes)}")
@@ -309,6 +321,8 @@ def assemble_batch(
     loss_mask[b, :n] = a["loss_mask"][:n]
     iv[b, :n] = a["intervened_mask"][:n] & a["loss_mask"][:n]
     fields["old_logp"][b, :n] = a["behaviour_logp"][:n]
+    if intervened_old_logp == "cal":
+      fields["old_logp"][b, :n] = np.where(iv[b, :n], a["cal_logp"][:n], fields["old_logp"][b, :n])
     fields["roll_logp"][b, :n] = a["roll_logp"][:n]
     fields["cal_logp"][b, :n] = a["cal_logp"][:n] if reweight else a["roll_logp"][:n]
   rewards = np.asarray([t.reward for t in trajs], np.float32)
