@@ -306,3 +306,20 @@ def test_stats_cli_counts_hidden_city_tasks_only_with_the_option():
   assert stats["train"]["hidden city (ask the user)"] == "12" and stats["test"]["hidden city (ask the user)"] == "6"
   assert stats["train"]["oracle pass rate"] == "100.0%" == stats["test"]["oracle pass rate"]
   assert "hidden city (ask the user)" not in split_stats(nav.load_benchmark("tiny", num_train=40, num_test=20))["test"]
+
+
+def test_the_visible_hint_says_to_ask_the_user_when_no_result_shows_a_city():
+  from rti_jax.intervention.rules_navigation import nav_evidence
+
+  b = bench("tiny")
+  task = _hidden(b)[0]
+  env = nav.NavigationEnv(b.world)
+  env.reset(task)
+  env.step(_search_all(task))  # region-less: only namesakes in other cities
+  ev = nav_evidence(env.reward_evidence())
+  names = [s.name for s in task.stops]
+  hint = NavigationRuleValidator._region_hint(ev, names, "", list(ev.stops), ask=True)
+  assert hint.startswith("Ask the user (ask_user) which city") and repr(names[0]) in hint
+  assert task.stops[0].city not in hint  # visible-only: the hidden city is not named
+  plain = NavigationRuleValidator._region_hint(ev, names, "", list(ev.stops))
+  assert plain.endswith("with a region that fits the other stops before calling direction.")

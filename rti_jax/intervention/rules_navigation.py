@@ -254,6 +254,12 @@ def visible_text(ctx: StepContext) -> str:
   return "\n".join(parts)
 
 
+def _offers(tools: Sequence[Any], name: str) -> bool:
+  """Whether the tool schemas ``tools`` include a function called ``name``."""
+  return any(isinstance(t, dict) and isinstance(t.get("function"), dict) and t["function"].get("name") == name
+             for t in tools)
+
+
 def _field_of(text: str, coord: CoordKey, field: str) -> str | None:
   """The ``field`` ("city" or "name") written next to ``coord`` in a tool result (same
   line or JSON object), e.g. ``name Yixing Temple; city Beijing; location 116.4,39.9``."""
@@ -334,6 +340,8 @@ class NavigationRuleValidator:
     seen_text = visible_text(ctx)
     seen = coords_in(seen_text)
     history = past_calls(ctx.history)
+    # The user can be asked (hidden-city tasks) and has not been yet: the honest way to a city.
+    ask = _offers(ctx.tools, "ask_user") and not any(p.call.name == "ask_user" for p in history)
     errors: list[tuple[str, str, str, str]] = []  # (type, diagnosis, visible suggestion, suggestion from l)
 
     for call in turn.tool_calls:
@@ -364,7 +372,7 @@ class NavigationRuleValidator:
     if directions and missing:
       errors.append(("premature_direction",
                      f"direction is called but {len(missing)} stop(s) of the request have no matching search result yet.",
-                     self._search_hint(ev, missing, seen_text), evidence_hint(ctx.evidence, ev, missing)))
+                     self._search_hint(ev, missing, seen_text, ask), evidence_hint(ctx.evidence, ev, missing)))
     elif directions:
       last = directions[-1]
       keys = [coord_key(r) for r in direction_stops(last)]
@@ -372,7 +380,7 @@ class NavigationRuleValidator:
         wrong = [k for k in keys if k not in set(ev.stops)]
         names = [n for n in (_field_of(seen_text, k, "name") for k in wrong) if n]
         if names:
-          hint = self._region_hint(ev, names, seen_text, wrong)
+          hint = self._region_hint(ev, names, seen_text, wrong, ask)
           truth = evidence_hint(ctx.evidence, ev, [i for i, s in enumerate(ev.stops) if s not in set(keys)])
         elif len(keys) != len(ev.stops):
           hint, truth = "Include every place the user asked for, each once, before calling direction.", route_hint(ev)
@@ -390,7 +398,7 @@ class NavigationRuleValidator:
         for p in history
       )
       if not done:
-        hint = self._search_hint(ev, missing, seen_text) if missing else (
+        hint = self._search_hint(ev, missing, seen_text, ask) if missing else (
           "Call direction with the coordinates of all places in the requested order.")
         truth = evidence_hint(ctx.evidence, ev, missing) if missing else route_hint(ev)
         errors.append(("premature_answer", "The reply ends the task before a correct route has been planned.", hint, truth))
@@ -406,17 +414,22 @@ class NavigationRuleValidator:
     )
 
   @classmethod
-  def _search_hint(cls, ev: NavEvidence, missing: Sequence[int], seen_text: str) -> str:
+  def _search_hint(cls, ev: NavEvidence, missing: Sequence[int], seen_text: str, ask: bool = False) -> str:
     """A visible-only hint for stops whose right coordinates were not shown yet."""
     names = [ev.names[i] for i in missing if i < len(ev.names)]
-    return cls._region_hint(ev, names, seen_text, [ev.stops[i] for i in missing])
+    return cls._region_hint(ev, names, seen_text, [ev.stops[i] for i in missing], ask)
 
   @staticmethod
-  def _region_hint(ev: NavEvidence, names: Sequence[str], seen_text: str, bad: Sequence[CoordKey]) -> str:
+  def _region_hint(ev: NavEvidence, names: Sequence[str], seen_text: str, bad: Sequence[CoordKey],
+                   ask: bool = False) -> str:
     """Which requested places to search again, and the city the correctly resolved stops
-    are in (read from the tool results, so the hint holds only visible information)."""
+    are in (read from the tool results, so the hint holds only visible information). ask: no
+    result shows a city and the user can be asked (``ask_user``): the hint says to ask."""
     good = [s for s in ev.stops if s not in set(bad)]
     cities = collections.Counter(c for c in (_field_of(seen_text, s, "city") for s in good) if c)
+    if ask and not cities and names:
+      listed = ", ".join(repr(n) for n in dict.fromkeys(names))
+      return f"Ask the user (ask_user) which city {listed} are in, then search them with that region."
     where = f" with region {cities.most_common(1)[0][0]}" if cities else " with a region that fits the other stops"
     if names:
       return f"Search {', '.join(repr(n) for n in dict.fromkeys(names))} again{where} before calling direction."
