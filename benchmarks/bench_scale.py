@@ -13,14 +13,22 @@ needed, so it runs where no model hub can be reached), times on the default JAX 
 * ``update``: one jitted ``sharding.make_train_step`` step (forward, Eq. 7 loss, backward, AdamW;
   the state is donated) on ``--train-batch x --train-len`` tokens; reported as tokens/s and as
   model FLOP utilisation: ``(6 N + 12 L H d T) tokens`` (matmul parameters N including the LM
-  head, full ``T x T`` attention as the model computes it) over time, against ``--peak`` TFLOP/s.
+  head, full ``T x T`` attention as the model computes it) over time.
+
+MFU is model FLOP/s over the devices' peak: the vendor's dense bf16 figure for the device kind
+(``SPEC_PEAK_TFLOPS``: no sparsity; an H200 SXM's is 989 TFLOP/s), or ``--peak`` where the kind
+is not listed or another reference is wanted. With several devices the model is initialised
+directly on a ``--mesh`` (default: every device on ``fsdp``; parameters by
+``rti_jax.sharding``, no unsharded copy), the sampler decodes from its resharded bf16 copy and
+the update runs sharded; FLOPs are then divided by ``devices x peak``.
 
 The first call of each holds the compile and is reported apart; the figure is the median of
-``--iters`` more calls. Usage:
+``--iters`` more calls. The results go to ``--json`` (default ``bench_scale_<size>.json``). Usage:
 
   python benchmarks/bench_scale.py --size tiny --iters 1          # a smoke run on any machine
   python benchmarks/bench_scale.py --size qwen3-1.7b               # on a GPU
-  python benchmarks/bench_scale.py --size qwen3-8b --train-batch 4 --train-len 1024
+  python benchmarks/bench_scale.py --size qwen3-8b --param-dtype float32 --parts update   # on 8 GPUs
+  python benchmarks/bench_scale.py --size qwen3-8b --mesh fsdp=4,tensor=2
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from flax import nnx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_common import parse_mesh  # noqa: E402
 from models.config import QwenConfig  # noqa: E402
 from models.qwen import Qwen  # noqa: E402
 from models.sampler import Sampler  # noqa: E402
@@ -60,6 +69,32 @@ SIZES = {
   "qwen3-8b": dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_layers=36,
                    num_heads=32, num_kv_heads=8, head_dim=128, tie_word_embeddings=False),
 }
+
+
+# Dense bf16 tensor throughput per device (TFLOP/s, no sparsity) from the vendors' datasheets,
+# matched against ``jax.Device.device_kind`` in this order (the first substring found wins).
+SPEC_PEAK_TFLOPS = (
+  ("H200 NVL", 835.0), ("H200", 989.0), ("H100 NVL", 835.0), ("H100 PCIe", 756.0), ("H100", 989.0),
+  ("GH200", 989.0), ("B200", 2250.0), ("A100", 312.0), ("L40S", 362.0), ("A10", 125.0), ("L4", 121.0),
+  ("TPU v6 lite", 918.0), ("TPU v5 lite", 197.0), ("TPU v5", 459.0), ("TPU v4", 275.0),
+)
+
+
+def spec_peak(device_kind: str) -> float | None:
+  """The datasheet's dense bf16 TFLOP/s of a device kind, or None if it is not listed."""
+  return next((tf for name, tf in SPEC_PEAK_TFLOPS if name in device_kind), None)
+
+
+def init_model(cfg: QwenConfig, param_dtype, mesh) -> Qwen:
+  """Random parameters, created on ``mesh`` by ``rti_jax.sharding``'s layout (one device: as is)."""
+  make = lambda: Qwen(cfg, dtype=jnp.bfloat16, param_dtype=param_dtype, rngs=nnx.Rngs(0))  # noqa: E731
+  if mesh.size == 1:
+    return make()
+  graphdef, params, rest = nnx.split(nnx.eval_shape(make), nnx.Param, ...)
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  shardings = (sharding.param_shardings(params, mesh), jax.tree.map(lambda _: replicated, rest))
+  params, rest = jax.jit(lambda: nnx.split(make(), nnx.Param, ...)[1:], out_shardings=shardings)()
+  return nnx.merge(graphdef, params, rest)
 
 
 def config_of(size: str) -> QwenConfig:
@@ -101,26 +136,44 @@ def main() -> None:
   ap.add_argument("--param-dtype", choices=("bfloat16", "float32"), default="bfloat16",
                   help="parameters (and Adam moments); matmuls run in bf16 either way. float32 = "
                        "master weights, as policy.param_dtype in the paper-scale config")
-  ap.add_argument("--peak", type=float, default=790.0,
-                  help="bf16 matmul TFLOP/s taken as 100%% (790: what a large bf16 matrix product reaches on an H200)")
+  ap.add_argument("--mesh", default=None, help="data/fsdp/tensor sizes, e.g. fsdp=4,tensor=2 (default: fsdp = all devices)")
+  ap.add_argument("--peak", type=float, default=None,
+                  help="per-device TFLOP/s taken as 100%% (default: the device kind's datasheet dense bf16 figure)")
+  ap.add_argument("--remat", default="none", choices=["none", "full", "dots"], help="the update's layer remat")
+  ap.add_argument("--vocab-chunk", type=int, default=None, help="the update's log-probs this many vocabulary ids at a time")
   ap.add_argument("--bandwidth", type=float, default=4.3,
                   help="device copy bandwidth in TB/s taken as 100%% (4.3: an H200's measured copy bandwidth)")
-  ap.add_argument("--json", default=None, help="also append the results as one JSON line to this file")
+  ap.add_argument("--json", default=None, help="write the results here (default bench_scale_<size>.json)")
   args = ap.parse_args()
 
   cfg = config_of(args.size)
   dev = jax.devices()[0]
+  n_dev = jax.device_count()
+  sizes = parse_mesh(args.mesh) if args.mesh else {"data": 1, "fsdp": n_dev, "tensor": 1}
+  mesh = sharding.make_mesh(sizes["data"], sizes["fsdp"], sizes["tensor"])
+  peak = args.peak if args.peak is not None else spec_peak(dev.device_kind)
+  peak_note = (f"--peak {peak:g} TFLOP/s per device" if args.peak is not None else
+               f"{dev.device_kind} datasheet dense bf16 peak {peak:.0f} TFLOP/s per device" if peak else
+               f"no listed peak for {dev.device_kind!r} (give --peak)")
   t0 = time.perf_counter()
   pdt = jnp.dtype(args.param_dtype)
-  model = Qwen(cfg, dtype=jnp.bfloat16, param_dtype=pdt, rngs=nnx.Rngs(0))
+  model = init_model(cfg, pdt, mesh)
   n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
   jax.block_until_ready(nnx.state(model))
   print(f"# {args.size}: {n_params / 1e9:.3f} B parameters ({args.param_dtype}; bf16 matmuls), init {time.perf_counter() - t0:.1f} s; "
-        f"device {dev.device_kind} ({dev.platform}), jax {jax.__version__}", flush=True)
+        f"{n_dev} x {dev.device_kind} ({dev.platform}), mesh {dict(mesh.shape)}, jax {jax.__version__}; MFU against {peak_note}",
+        flush=True)
   rng = np.random.default_rng(0)
   res: dict = {"size": args.size, "params": n_params, "param_dtype": args.param_dtype,
-               "device": dev.device_kind, "jax": jax.__version__}
+               "device": dev.device_kind, "devices": n_dev, "mesh": dict(mesh.shape), "jax": jax.__version__,
+               "peak_tflops_per_device": peak, "peak_source": "--peak" if args.peak is not None else "datasheet"}
+  leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
+  res["sharded_params"] = sum(len(x.sharding.device_set) > 1 and not x.sharding.is_fully_replicated for x in leaves)
+  res["param_tensors"] = len(leaves)
   param_bytes = pdt.itemsize * n_params
+  mfu = lambda flops_per_s: None if not peak else flops_per_s / 1e12 / (n_dev * peak)  # noqa: E731
+  mfu_text = lambda x: "" if x is None else f", MFU {100 * x:.1f}%"  # noqa: E731
+  attn = 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim  # attention FLOPs per token per context token (fwd)
 
   if "generate" in args.parts or "score" in args.parts:
     sampler = Sampler(model, max_cache_len=args.prompt + args.new, max_attention_bytes=1 << 36)
@@ -130,25 +183,34 @@ def main() -> None:
       first, med = timed(lambda: sampler.generate(prompts, key=key, max_new_tokens=args.new), args.iters)
       toks = args.gen_batch * args.new
       bw = param_bytes * args.new / med / 1e12
+      total = args.prompt + args.new
+      flops = args.gen_batch * (total * 2 * matmul_params(cfg) + attn * total * total / 2)
+      u = mfu(flops / med)
       res["generate"] = dict(batch=args.gen_batch, prompt=args.prompt, new=args.new, first_s=first,
-                             s=med, tokens_per_s=toks / med, weight_read_tb_s=bw)
+                             s=med, tokens_per_s=toks / med, weight_read_tb_s=bw, mfu=u)
       print(f"generate B={args.gen_batch} prompt={args.prompt} new={args.new}: first {first:.1f} s, "
             f"then {med:.2f} s ({toks / med:,.0f} new tokens/s; weights read at {bw:.2f} TB/s = "
-            f"{100 * bw / args.bandwidth:.0f}% of {args.bandwidth} TB/s, prefill included)", flush=True)
+            f"{100 * bw / args.bandwidth:.0f}% of {args.bandwidth} TB/s per device, prefill included{mfu_text(u)})",
+            flush=True)
     if "score" in args.parts:
       responses = [rng.integers(3, cfg.vocab_size, args.new).tolist() for _ in range(args.gen_batch)]
       first, med = timed(lambda: sampler.score(prompts, responses), args.iters)
       toks = args.gen_batch * (args.prompt + args.new)
-      res["score"] = dict(batch=args.gen_batch, length=args.prompt + args.new, first_s=first, s=med,
-                          tokens_per_s=toks / med)
-      print(f"score B={args.gen_batch} T={args.prompt + args.new}: first {first:.1f} s, then {med:.3f} s "
-            f"({toks / med:,.0f} tokens/s forward)", flush=True)
+      total = args.prompt + args.new
+      flops = args.gen_batch * (total * 2 * (matmul_params(cfg) - cfg.hidden_size * cfg.vocab_size)
+                                + args.new * 2 * cfg.hidden_size * cfg.vocab_size + attn * total * total / 2)
+      u = mfu(flops / med)
+      res["score"] = dict(batch=args.gen_batch, length=total, first_s=first, s=med,
+                          tokens_per_s=toks / med, mfu=u)
+      print(f"score B={args.gen_batch} T={total}: first {first:.1f} s, then {med:.3f} s "
+            f"({toks / med:,.0f} tokens/s forward{mfu_text(u)}; the LM head on the {args.new} response positions)",
+            flush=True)
     del sampler
 
   if "update" in args.parts:
     b, t = args.train_batch, args.train_len
-    step = sharding.make_train_step(model, optax.adamw(1e-6, weight_decay=0.1), sharding.make_mesh(),
-                                    LossConfig(), donate=True)
+    step = sharding.make_train_step(model, optax.adamw(1e-6, weight_decay=0.1), mesh, LossConfig(), donate=True,
+                                    remat=args.remat, vocab_chunk=args.vocab_chunk)
     del model
     ids = jnp.asarray(rng.integers(3, cfg.vocab_size, (b, t)), jnp.int32)
     mask = jnp.asarray(np.arange(t)[None, :] >= t // 4, jnp.float32) * jnp.ones((b, 1), jnp.float32)
@@ -165,10 +227,11 @@ def main() -> None:
     toks = b * t
     flops = toks * (6 * matmul_params(cfg) + 12 * cfg.num_layers * cfg.num_heads * cfg.head_dim * t)
     tflops = flops / med / 1e12
+    u = mfu(flops / med)
     res["update"] = dict(batch=b, length=t, first_s=first, s=med, tokens_per_s=toks / med,
-                         model_tflop_s=tflops, mfu=tflops / args.peak)
+                         model_tflop_s=tflops, mfu=u, remat=args.remat, vocab_chunk=args.vocab_chunk)
     print(f"update B={b} T={t}: first {first:.1f} s, then {med:.3f} s/step ({toks / med:,.0f} tokens/s, "
-          f"{tflops:.0f} model TFLOP/s = {100 * tflops / args.peak:.0f}% of {args.peak:.0f})", flush=True)
+          f"{tflops:.1f} model TFLOP/s over {n_dev} device(s){mfu_text(u)})", flush=True)
   try:
     stats = dev.memory_stats() or {}
     res["peak_bytes"] = stats.get("peak_bytes_in_use")
@@ -176,9 +239,10 @@ def main() -> None:
       print(f"peak device memory {res['peak_bytes'] / 2**30:.1f} GiB", flush=True)
   except Exception:  # noqa: BLE001 - memory_stats is optional per backend
     pass
-  if args.json:
-    with open(args.json, "a") as f:
-      f.write(json.dumps(res) + "\n")
+  path = args.json or f"bench_scale_{args.size}.json"
+  with open(path, "w") as f:
+    json.dump(res, f, indent=1)
+  print(f"results: {path}")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench_common import parse_mesh  # noqa: E402
 from models.config import QwenConfig  # noqa: E402
 from models.qwen import CACHE, LayerCache, causal_padding_mask, positions_from_mask  # noqa: E402
 from models.weights import abstract_model  # noqa: E402
@@ -66,17 +67,6 @@ SIZES = {
                              num_layers=28, num_heads=16, num_kv_heads=8, head_dim=128, rope_theta=1e6,
                              tie_word_embeddings=True, max_position_embeddings=40960, dtype="bfloat16"),
 }
-
-
-def parse_mesh(text: str) -> dict[str, int]:
-  """'fsdp=4,tensor=2' -> {'data': 1, 'fsdp': 4, 'tensor': 2}."""
-  sizes = {"data": 1, "fsdp": 1, "tensor": 1}
-  for part in filter(None, text.split(",")):
-    name, _, value = part.partition("=")
-    if name not in sizes or not value.isdigit():
-      raise SystemExit(f"--mesh: expected name=size with name in {sorted(sizes)}, got {part!r}")
-    sizes[name] = int(value)
-  return sizes
 
 
 def abstract(shape, dtype, sharding) -> jax.ShapeDtypeStruct:

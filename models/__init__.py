@@ -20,11 +20,12 @@ transformers).
 
 from models.config import SUPPORTED_ARCHITECTURES, QwenConfig, UnsupportedModelError
 from models.qwen import Qwen
-from models.sampler import GenerateOutput, Sampler, generate, next_token_logprobs, score
+from models.sampler import GenerateOutput, Sampler, generate, score
+from models.scoring import next_token_logprobs, response_logprobs
 from models.weights import from_pretrained, save_pretrained, save_tokenizer
 
 __all__ = [
   "SUPPORTED_ARCHITECTURES", "QwenConfig", "UnsupportedModelError", "Qwen",
   "from_pretrained", "save_pretrained", "save_tokenizer", "Sampler", "GenerateOutput", "generate", "score",
-  "next_token_logprobs",
+  "next_token_logprobs", "response_logprobs",
 ]

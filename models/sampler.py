@@ -29,10 +29,12 @@ from flax import nnx
 from models.decode_copy import DecodeCopy, state_mesh
 from models.prefix_cache import PrefixCache
 from models.qwen import LayerCache, Qwen, causal_padding_mask, positions_from_mask
+from models.scoring import check_ids as _check_ids
+from models.scoring import pack_rows
+from models.scoring import score_jit as _score_jit
 from rti_jax.sharding import DECODE_AXIS_RULES, activation_sharding
 from rti_jax.shapes import bucket_length, bucket_rows
 
-_SCORE_CHUNK = 512  # time steps whose [B, chunk, V] logits are materialised at once
 _MIN_SHARED_PREFIX = 32  # prompts of one call that miss the prefix cache and share >= this many ids share a prefill
 
 
@@ -205,63 +207,6 @@ def _common_prefix_len(rows: Sequence[np.ndarray]) -> int:
     n = int(diff[0]) if diff.size else n
     first = first[:n]
   return n
-
-
-def next_token_logprobs(model: Qwen, input_ids: jax.Array, attention_mask: jax.Array,
-                        chunk: int = _SCORE_CHUNK) -> jax.Array:
-  """logp: [B, T] fp32 with logp[:, t] = log pi(input_ids[:, t+1] | input_ids[:, :t+1]); last column 0.
-
-  input_ids, attention_mask: [B, T] (any padding; padded positions give meaningless values
-  the caller masks out). Pure and differentiable, so a train step can use it under
-  ``jax.grad``; the [B, chunk, V] logits are built ``chunk`` time steps at a time
-  (``lax.map``), so the full [B, T, V] tensor never exists.
-  """
-  h = model.hidden_states(input_ids, attention_mask)  # [B, T, E]
-  targets = jnp.concatenate([input_ids[:, 1:], jnp.zeros_like(input_ids[:, :1])], axis=1)
-  b, t, e = h.shape
-  chunk = max(1, min(t, chunk))
-  pad = -t % chunk
-  h = jnp.pad(h, ((0, 0), (0, pad), (0, 0)))
-  targets = jnp.pad(targets, ((0, 0), (0, pad)))
-
-  def one(args):
-    hc, tc = args  # [B, C, E], [B, C]
-    logp = jax.nn.log_softmax(model.logits(hc), axis=-1)
-    return jnp.take_along_axis(logp, tc[..., None], axis=-1)[..., 0]
-
-  n = (t + pad) // chunk
-  hs = h.reshape(b, n, chunk, e).swapaxes(0, 1)
-  ts = targets.reshape(b, n, chunk).swapaxes(0, 1)
-  logp = jax.lax.map(one, (hs, ts)).swapaxes(0, 1).reshape(b, t + pad)[:, :t]
-  return logp.at[:, -1].set(0.0)
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef", "mesh"))
-def _score_jit(graphdef: nnx.GraphDef, state: nnx.State, ids: jax.Array, mask: jax.Array,
-               mesh: Any = None) -> jax.Array:
-  """ids, mask: [B, T] right-padded -> :func:`next_token_logprobs` [B, T]."""
-  with activation_sharding(mesh, DECODE_AXIS_RULES):
-    return next_token_logprobs(nnx.merge(graphdef, state), ids, mask)
-
-
-def _check_ids(name: str, seqs: Sequence[Sequence[int]], vocab_size: int, allow_empty: bool) -> list[np.ndarray]:
-  """Validates token id lists; raises ValueError naming the argument, row and value."""
-  if isinstance(seqs, (str, bytes)) or not hasattr(seqs, "__len__"):
-    raise TypeError(f"{name}: expected a sequence of token-id sequences, got {type(seqs).__name__}")
-  out = []
-  for i, s in enumerate(seqs):
-    raw = np.asarray(s).reshape(-1) if len(s) else np.zeros((0,), np.int64)
-    if raw.size and not np.issubdtype(raw.dtype, np.integer):
-      raise ValueError(f"{name}[{i}]: expected integer token ids, got dtype {raw.dtype}")
-    arr = raw.astype(np.int64)
-    if arr.size == 0 and not allow_empty:
-      raise ValueError(f"{name}[{i}]: expected at least one token id, got an empty sequence")
-    bad = (arr < 0) | (arr >= vocab_size)
-    if bad.any():
-      raise ValueError(f"{name}[{i}]: token ids must be in [0, {vocab_size}), got "
-                       f"{int(arr[bad][0])} at position {int(np.argmax(bad))}")
-    out.append(arr.astype(np.int32))
-  return out
 
 
 class Sampler:
@@ -475,18 +420,15 @@ class Sampler:
       raise ValueError(f"prompts[{i}] + responses[{i}]: {lengths[i]} tokens exceed "
                        f"max_cache_len={self.max_cache_len}")
     b = len(p_rows)
-    bb, tb = bucket_rows(b), bucket_length(max(lengths))
+    tb = bucket_length(max(lengths))
     per_call = self._rows_per_call(tb, tb)
     if b > per_call:
       return sum((self.score(p_rows[i:i + per_call], r_rows[i:i + per_call]) for i in range(0, b, per_call)), [])
-    ids = np.zeros((bb, tb), np.int32)
-    mask = np.zeros((bb, tb), np.int32)
-    for i, (p, r) in enumerate(zip(p_rows, r_rows)):  # right padding
-      ids[i, :lengths[i]] = np.concatenate([p, r])
-      mask[i, :lengths[i]] = 1
-    logp = np.asarray(jax.device_get(
-      _score_jit(self.graphdef, self.state, jnp.asarray(ids), jnp.asarray(mask), mesh=self.mesh)))
-    return [logp[i, len(p) - 1:len(p) - 1 + len(r)] for i, (p, r) in enumerate(zip(p_rows, r_rows))]
+    # the LM head runs on the response positions only (``models.scoring.response_logprobs``)
+    ids, mask, starts, width = pack_rows(p_rows, r_rows)
+    logp = np.asarray(jax.device_get(_score_jit(self.graphdef, self.state, jnp.asarray(ids), jnp.asarray(mask),
+                                                jnp.asarray(starts), width=width, mesh=self.mesh)))
+    return [logp[i, :len(r)] for i, r in enumerate(r_rows)]
 
 
 def generate(model: Qwen, prompts: Sequence[Sequence[int]], *, key: jax.Array, **kwargs: Any) -> GenerateOutput:

@@ -8,7 +8,8 @@ from scipy import stats
 
 import models
 from models import sampler as sampler_lib
-from models.sampler import Sampler, filter_logits, next_token_logprobs
+from models.sampler import Sampler, filter_logits
+from models.scoring import next_token_logprobs, response_logprobs
 from rti_jax.shapes import bucket_length
 from models_fixtures import qwen2_tied_ckpt, qwen3_ckpt, qwen3_moe_ckpt  # noqa: F401 (fixtures)
 
@@ -111,7 +112,7 @@ def test_score_handles_mixed_lengths_and_empty_responses(qwen3):
 
 
 def test_score_of_long_sequences_uses_chunks_and_stays_exact(qwen3):
-  """600 tokens -> a 1024 bucket scored in two 512-step logit chunks."""
+  """600 tokens -> a 1024-token bucket; the head runs on the 512 response positions only."""
   _, ref = qwen3
   sampler = Sampler(sampler_model(qwen3[0]), max_cache_len=1024)
   rng = np.random.default_rng(0)
@@ -290,6 +291,22 @@ def test_next_token_logprobs_is_exact_with_ragged_chunks_and_differentiable(qwen
   grads = nnx.jit(nnx.grad(loss))(model)
   g = grads["layers"][0]["mlp"]["up_proj"]["kernel"][...]
   assert np.all(np.isfinite(g)) and np.abs(g).max() > 0
+
+
+def test_response_logprobs_equal_the_full_pass_at_the_asked_positions_in_chunks(qwen3):
+  """The head on ``width`` positions from ``starts`` (in ragged chunks of 2) gives the full
+  pass's next-token log-probs there; positions past the row end are clamped, not out of range."""
+  import jax.numpy as jnp
+  from models_fixtures import padded_batch
+  model = sampler_model(qwen3[0])
+  ids, mask = padded_batch()
+  full = np.asarray(next_token_logprobs(model, jnp.asarray(ids), jnp.asarray(mask)))
+  starts = np.array([0, 3, 5, 7], np.int32)
+  got = np.asarray(response_logprobs(model, jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(starts), 5, chunk=2))
+  assert got.shape == (4, 5) and np.all(np.isfinite(got))
+  for i, s0 in enumerate(starts):
+    n = min(5, ids.shape[1] - 1 - s0)
+    np.testing.assert_allclose(got[i, :n], full[i, s0:s0 + n], atol=1e-5)
 
 
 def test_batches_over_the_attention_budget_run_in_sub_batches_with_the_same_results(qwen3_ckpt):
