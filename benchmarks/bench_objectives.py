@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
 
@@ -20,21 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bench_common import load_average, machine
+
 from rti_jax import objectives as O
-
-
-def machine() -> str:
-  cpu = platform.processor() or "unknown cpu"
-  try:
-    with open("/proc/cpuinfo") as f:
-      names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-    if names:
-      cpu = names[0]
-  except OSError:
-    pass
-  dev = jax.devices()[0]
-  return (f"{dev.platform}:{dev.device_kind} x{len(jax.devices())}; host cpu '{cpu}', "
-          f"{os.cpu_count()} logical cores visible; jax {jax.__version__}")
 
 
 def make_inputs(b: int, t: int, seed: int = 0) -> dict[str, jax.Array]:
@@ -89,7 +76,8 @@ def main() -> None:
   for size in args.sizes:
     b, t = (int(v) for v in size.split("x"))
     med, tps = bench(b, t, args.iters, args.loss)
-    print(f"{args.loss} B x T = {b} x {t}: {med * 1e3:9.2f} ms/step  {tps / 1e6:8.2f} M tokens/s")
+    print(f"{args.loss} B x T = {b} x {t}: {med * 1e3:9.2f} ms/step  {tps / 1e6:8.2f} M tokens/s  "
+          f"(load avg {load_average():.2f})")
 
 
 if __name__ == "__main__":

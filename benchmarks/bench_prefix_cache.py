@@ -23,6 +23,8 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 import numpy as np  # noqa: E402
 
+from bench_common import load_average, machine  # noqa: E402
+
 from rti_jax.envs.telecom.tasks import load_split  # noqa: E402
 from rti_jax.generation.jax_backend import JaxBackend  # noqa: E402
 from rti_jax.policy import evaluate as ev  # noqa: E402
@@ -41,6 +43,7 @@ def main() -> None:
   from telecom_sft import telecom_behaviour
 
   model, tok, fmt = ev.load_policy(args.policy)
+  print(f"# machine: {machine()}", flush=True)
   tasks = load_split("test")[:args.tasks]
   rows = []
   for label, mb in (("whole prefill", 0), ("prefix cache", args.cache_mb)):
@@ -55,7 +58,7 @@ def main() -> None:
       stats = backend.sampler.prefix_cache.stats() if mb else {}
       rows.append((label, rep, wall, out["pass_rate"], out["mean_turns"], stats))
       print(f"{label:14s} run {rep}: {wall:7.1f} s  pass rate {out['pass_rate']:.3f}  "
-            f"mean turns {out['mean_turns']:.1f}  {stats}", flush=True)
+            f"mean turns {out['mean_turns']:.1f}  load avg {load_average():.2f}  {stats}", flush=True)
   plain = [r[2] for r in rows if r[0] == "whole prefill"][-1]
   cached = [r[2] for r in rows if r[0] == "prefix cache"][-1]
   print(f"\n{args.tasks} tasks x {args.samples} samples, last run of each: whole prefill {plain:.1f} s, "

@@ -18,6 +18,8 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
+from bench_common import load_average, machine  # noqa: E402
+
 from rti_jax.config import load_config  # noqa: E402
 from rti_jax.reporting import print_table  # noqa: E402
 from rti_jax.trainer import Trainer  # noqa: E402
@@ -29,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--methods", nargs="+", default=["rti", "grpo"])
   p.add_argument("--eval-tasks", type=int, default=30)
   args, overrides = p.parse_known_args(argv)
+  print(f"# machine: {machine()}", flush=True)
   rows = []
   for method in args.methods:
     cfg = load_config("navigation", [f"loss.method={method}", f"train.iterations={args.iterations}", *overrides])
@@ -43,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
   print_table("One iteration of the default Navigation config (seconds)",
               ["method", "iteration", "rollout", "intervention", "update", "total", "tokens", "tokens/s"], rows,
               floatfmt="{:.1f}")
+  print(f"# load avg at the end: {load_average():.2f}")
   return 0
 
 

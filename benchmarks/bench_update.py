@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import models.qwen  # noqa: E402
-from benchmarks.bench_objectives import machine  # noqa: E402
+from bench_common import load_average, machine  # noqa: E402
 from rti_jax import sharding  # noqa: E402
 from rti_jax.objectives import LossConfig, RTIBatch  # noqa: E402
 from rti_jax.policy import evaluate  # noqa: E402
@@ -76,7 +76,8 @@ def main() -> None:
     med = statistics.median(times)
     first_med = first_med or med
     print(f"T = {t:5d}: first call {first:6.2f} s, then {med:6.2f} s/step "
-          f"({args.batch * t / med / 1e3:6.1f} k tokens/s, {med / first_med:4.1f}x T = {args.lengths[0]})", flush=True)
+          f"({args.batch * t / med / 1e3:6.1f} k tokens/s, {med / first_med:4.1f}x T = {args.lengths[0]}; "
+          f"load avg {load_average():.2f})", flush=True)
 
 
 if __name__ == "__main__":
