@@ -7,10 +7,16 @@ for K over three decades and several lam, and reports:
 1. ``min_k E||grad J(theta_k)||^2`` against the Eq. 10 bound, with each assumption measured
    ((8) alignment, (13) cumulative intervened second moment, (14) on-policy second moment, L);
 2. the log-log slope of the measured minimum and of the bound against K (Theorem 1: -1/2);
-3. the Eq. 23 surcharge ``L/2 lam D_cal^2`` over lam x eps_cal, analytic and in the bound.
+3. the Eq. 23 surcharge ``L/2 lam D_cal^2`` over lam x eps_cal, analytic and in the bound;
+4. the theorem under the method's own update (``rti_jax.theory.theorem_method``): groups from the
+   current policy on a hard bandit, an intervened pull in every all-fail group, ``rti_loss`` with E
+   epochs and one step size alpha, with intervention on and off from the same seeds: the trigger
+   rate, the realised lam, the clip fraction, ``min_k E||grad J||^2`` and the final J, the measured
+   constants, Eq. 20 / Eq. 10 evaluated with them, and each assumption that does not hold.
 
-Writes ``results.json``, ``theorem_k_sweep.png`` and ``theorem_surcharge.png`` to the run
-directory and prints the tables. ``--quick`` runs a smaller grid (for smoke tests).
+Writes ``results.json``, ``theorem_k_sweep.png``, ``theorem_surcharge.png`` and
+``theorem_method.png`` to the run directory and prints the tables. ``--quick`` runs a smaller
+grid (for smoke tests).
 """
 
 from __future__ import annotations
@@ -30,12 +36,15 @@ import numpy as np  # noqa: E402
 
 from rti_jax import reporting  # noqa: E402
 from rti_jax.theory import theorem as T  # noqa: E402
+from rti_jax.theory import theorem_method as TM  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
 class TheoremConfig:
   """Grid of the experiment. iters: the K values; lams: mixing ratios of the K sweep;
-  surcharge_lams x surcharge_eps_cals: the Eq. 23 grid (run at K = surcharge_iters)."""
+  surcharge_lams x surcharge_eps_cals: the Eq. 23 grid (run at K = surcharge_iters);
+  method_*: the method's-update check on ``theorem_method.HARD_BANDIT`` (every alpha x epochs,
+  intervention on and off from the same seeds, K = method_iters, method_seeds seeds)."""
 
   iters: tuple[int, ...] = (100, 300, 1000, 3000, 10000, 30000, 100000)
   lams: tuple[float, ...] = (0.0, 0.1, 0.2)
@@ -49,10 +58,15 @@ class TheoremConfig:
   eta: float = 2.0
   group_size: int = 8
   slope_from: int = 1000
+  method_iters: int = 800
+  method_alphas: tuple[float, ...] = (0.1, 0.3)
+  method_epochs: tuple[int, ...] = (1, 4)
+  method_seeds: int = 64
 
 
 QUICK = TheoremConfig(iters=(100, 1000, 10000), lams=(0.0, 0.1), surcharge_lams=(0.0, 0.2),
-                      surcharge_eps_cals=(0.1, 0.3), surcharge_iters=300, n_seeds=16, slope_from=100)
+                      surcharge_eps_cals=(0.1, 0.3), surcharge_iters=300, n_seeds=16, slope_from=100,
+                      method_iters=300, method_alphas=(0.3,), method_seeds=16)
 
 
 def run(config: TheoremConfig, out_dir: str | pathlib.Path) -> dict[str, Any]:
@@ -122,8 +136,9 @@ def run(config: TheoremConfig, out_dir: str | pathlib.Path) -> dict[str, Any]:
                         sur_rows)
 
   _plots(out, config, sweeps, surcharge)
+  method = run_method(config, out)
   results = dict(config=dataclasses.asdict(config), constants=constants, sweeps=sweeps, slopes=slopes,
-                 surcharge=surcharge, wall_s=time.time() - start)
+                 surcharge=surcharge, method=method, wall_s=time.time() - start)
   reporting.write_json(out / "results.json", results)
   print(f"wrote {out / 'results.json'} ({results['wall_s']:.1f} s)")
   return results
@@ -168,6 +183,102 @@ def _plots(out: pathlib.Path, config: TheoremConfig, sweeps: dict[str, list[dict
     ax.legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(out / "theorem_surcharge.png", dpi=120)
+  plt.close(fig)
+
+
+def run_method(config: TheoremConfig, out: pathlib.Path) -> dict[str, Any]:
+  """The check under the method's update: prints its tables and notes, writes theorem_method.png."""
+  problem = TM.HARD_BANDIT
+  runs = []
+  for alpha in config.method_alphas:
+    for epochs in config.method_epochs:
+      for intervene in (True, False):
+        cfg = TM.MethodConfig(alpha=alpha, epochs=epochs, group_size=config.group_size, eps_clip=config.eps_clip,
+                              eps_cal=config.eps_cal, eta=config.eta, intervene=intervene)
+        per_iter = TM.simulate_method(problem, cfg, config.method_iters, n_seeds=config.method_seeds,
+                                      seed=config.seed)
+        summary = TM.summarise_method(per_iter, problem, cfg)
+        summary["curves"] = {k: per_iter[k].tolist() for k in ("triggered", "value", "grad_sq", "clip")}
+        runs.append(summary)
+  first = runs[0]
+  z = np.exp(np.asarray(problem.theta0) - max(problem.theta0))
+  fail0 = float((1.0 - (z / z.sum()) @ np.asarray(problem.success_prob)) ** config.group_size)
+  print(f"\nTheorem 1 under the method's update: p={problem.success_prob}, mu={problem.mu}, "
+        f"theta0={problem.theta0}, G={config.group_size}, K={config.method_iters}, seeds={config.method_seeds}, "
+        f"L={first['smooth_l']:.4f}, J*={first['j_star']:.4f}, J(theta0)={first['j0']:.4f}, "
+        f"(1 - pi_0 . p)^G = {fail0:.3f}")
+
+  def tag(r: dict[str, Any]) -> list[Any]:
+    return [f"{r['alpha']:g}", r["epochs"], "on" if r["intervene"] else "off"]
+
+  reporting.print_table(
+      "method's update: trigger rate (first / last 5% of iterations, whole run, exact (1-pi.p)^G), realised lam, "
+      "clip fraction (ratio outside 1+-eps_clip / clip binding), min_k E||grad J||^2, final J",
+      ["alpha", "E", "RTI", "trig start", "trig end", "trig run", "exact", "lam", "clip %", "bind %",
+       "min E|gJ|^2", "final J"],
+      [tag(r) + [f"{r['trigger_start']:.3f}", f"{r['trigger_end']:.3f}", f"{r['trigger_rate']:.3f}",
+                 f"{r['exact_trigger_rate']:.3f}", f"{r['lam']:.4f}", f"{100 * r['clip_frac']:.2f}",
+                 f"{100 * r['bind_frac']:.2f}", f"{r['min_grad_sq']:.2e}", f"{r['final_value']:.4f}"] for r in runs])
+  reporting.print_table(
+      "method's update: measured constants and the bound (align: sum-form / smallest block of K/10; "
+      "D_cal^2 = sum_k E||dtheta_cal||^2 = sum_k E||c_k||^2 / lam^2; nominal 4 eta^2 eps_cal^2 sigma^2; "
+      "sigma from (14); Eq. 20 at this alpha; Eq. 10 at alpha*)",
+      ["alpha", "E", "RTI", "align", "align blk", "sum|c|^2", "D_cal^2", "nominal", "sigma", "L/2 lam D^2",
+       "Eq.20", "Eq.10", "alpha*", "min<=Eq.20", "(8)/(13)"],
+      [tag(r) + [f"{r['align_sum']:.3f}", f"{r['align_window_min']:.3f}", f"{r['cal_sq_sum']:.3g}",
+                 f"{r['dcal_sq']:.3g}", f"{r['dcal_sq_nominal']:.3g}", f"{r['sigma']:.3f}", f"{r['surcharge']:.3g}",
+                 f"{r['bound_eq20']:.3g}", f"{r['bound_eq10']:.3g}", f"{r['alpha_star']:.3g}",
+                 "yes" if r["under_eq20"] else "NO",
+                 "".join("y" if r[f] else "n" for f in ("holds_8", "holds_13"))] for r in runs])
+  effect = []
+  for on, off in zip(runs[0::2], runs[1::2]):
+    effect.append(dict(alpha=on["alpha"], epochs=on["epochs"], lam=on["lam"], final_on=on["final_value"],
+                       final_off=off["final_value"], min_on=on["min_grad_sq"], min_off=off["min_grad_sq"],
+                       eq20_on=on["bound_eq20"], eq20_off=off["bound_eq20"]))
+  reporting.print_table(
+      "effect of lam (intervention on vs off, same seeds, alpha, E)",
+      ["alpha", "E", "lam", "final J on", "final J off", "min E|gJ|^2 on", "off", "Eq.20 on", "off"],
+      [[f"{e['alpha']:g}", e["epochs"], f"{e['lam']:.4f}", f"{e['final_on']:.4f}", f"{e['final_off']:.4f}",
+        f"{e['min_on']:.2e}", f"{e['min_off']:.2e}", f"{e['eq20_on']:.3g}", f"{e['eq20_off']:.3g}"] for e in effect])
+  print("Where Theorem 1's assumptions do not hold under this update:")
+  for r in runs:
+    print(f"  alpha={r['alpha']:g} E={r['epochs']} RTI {'on' if r['intervene'] else 'off'}:")
+    for note in r["notes"]:
+      print(f"    - {note}")
+  _method_plot(out, runs)
+  return dict(problem=dataclasses.asdict(problem), all_fail_at_theta0=fail0, runs=runs, effect=effect)
+
+
+def _method_plot(out: pathlib.Path, runs: list[dict[str, Any]]) -> None:
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+  combos = sorted({(r["alpha"], r["epochs"]) for r in runs})
+  for r in runs:
+    color = f"C{combos.index((r['alpha'], r['epochs']))}"
+    style = "-" if r["intervene"] else "--"
+    label = f"alpha={r['alpha']:g} E={r['epochs']} RTI {'on' if r['intervene'] else 'off'}"
+    trig = np.asarray(r["curves"]["triggered"])
+    width = max(1, trig.size // 40)
+    smooth = np.convolve(trig, np.ones(width) / width, mode="valid")
+    axes[0].plot(np.arange(smooth.size) + width // 2, smooth, style, color=color, label=label)
+    axes[1].plot(r["curves"]["value"], style, color=color, label=label)
+    axes[2].plot(r["curves"]["grad_sq"], style, color=color, label=label)
+  axes[1].axhline(runs[0]["j_star"], color="gray", lw=0.8, ls=":", label="J*")
+  axes[0].set_title("all-fail (trigger) rate per iteration")
+  axes[1].set_title("E J(theta_k)")
+  axes[2].set_title("E||grad J(theta_k)||^2")
+  axes[2].set_yscale("log")
+  for ax in axes:
+    ax.set_xlabel("iteration k")
+    ax.grid(alpha=0.3)
+  axes[1].legend(fontsize=7)
+  fig.suptitle("Theorem 1 under the method's update (solid: intervention on, dashed: off)")
+  fig.tight_layout()
+  fig.savefig(out / "theorem_method.png", dpi=120)
   plt.close(fig)
 
 

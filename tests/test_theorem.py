@@ -191,11 +191,18 @@ def test_bad_arguments_raise_named_errors():
 def test_experiment_run_writes_json_and_pngs(tmp_path):
   from experiments import theorem as exp
   cfg = exp.TheoremConfig(iters=(100, 1000), lams=(0.0, 0.1), surcharge_lams=(0.0, 0.2), surcharge_eps_cals=(0.1,),
-                          surcharge_iters=100, n_seeds=SEEDS, slope_from=100)
+                          surcharge_iters=100, n_seeds=SEEDS, slope_from=100, method_iters=200,
+                          method_alphas=(0.3,), method_epochs=(1, 4), method_seeds=8)
   res = exp.run(cfg, tmp_path)
   saved = json.loads((tmp_path / "results.json").read_text())
   assert set(saved["sweeps"]) == {"0", "0.1"}
   assert (tmp_path / "theorem_k_sweep.png").stat().st_size > 1000
   assert (tmp_path / "theorem_surcharge.png").stat().st_size > 1000
+  assert (tmp_path / "theorem_method.png").stat().st_size > 1000
+  runs = saved["method"]["runs"]
+  assert [(r["epochs"], r["intervene"]) for r in runs] == [(1, True), (1, False), (4, True), (4, False)]
+  assert runs[0]["lam"] > 0 and runs[1]["lam"] == 0 and runs[0]["clip_frac"] == 0 and runs[2]["clip_frac"] > 0
+  assert all(r["notes"] for r in runs) and len(runs[0]["curves"]["triggered"]) == 200
+  assert len(saved["method"]["effect"]) == 2
   sur = {s["lam"]: s["surcharge"] for s in res["surcharge"]}
   assert sur[0.0] == 0.0 and sur[0.2] > 0.0

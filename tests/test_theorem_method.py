@@ -103,8 +103,14 @@ def test_jax_trajectory_matches_numpy_reimplementation_on_the_same_draws(traces,
     assert tr["cal_sq"][k] == pytest.approx(np.mean(cal_sq), rel=1e-4, abs=1e-9)
     assert tr["clip"][k] == pytest.approx(np.mean(clip), abs=1e-6)
     assert tr["bind"][k] == pytest.approx(np.mean(bind), abs=1e-6)
-    grad = np.array([T.objective_np(t, PROB.success_prob, PROB.mu) for t in thetas[k]])
-    assert tr["value"][k] == pytest.approx(grad.mean(), abs=1e-5)
+    values = np.array([T.objective_np(t, PROB.success_prob, PROB.mu) for t in thetas[k]])
+    assert tr["value"][k] == pytest.approx(values.mean(), abs=1e-5)
+    p = np.asarray(PROB.success_prob)
+    grads = np.array([_softmax(t) * (p - _softmax(t) @ p) - PROB.mu * t for t in thetas[k].astype(np.float64)])
+    inner = np.sum(grads * (thetas[k + 1] - thetas[k]), -1)
+    assert tr["grad_sq"][k] == pytest.approx(np.mean(np.sum(grads**2, -1)), rel=1e-4)
+    assert tr["inner"][k] == pytest.approx(inner.mean(), rel=1e-3, abs=1e-8)
+    assert tr["inner_var"][k] == pytest.approx(inner.var(), rel=1e-2, abs=1e-9)
   np.testing.assert_allclose(thetas[-1], free, atol=1e-4)
 
 
