@@ -117,9 +117,9 @@ def train_step_program(config: QwenConfig, mesh, args):
 
 
 def ref_logp_program(config: QwenConfig, mesh, args):
-  """The KL reference pass (``loss.beta > 0``): the trainer's ``_forward_logp`` over one update's
+  """The KL reference pass (``loss.beta > 0``): ``rti_jax.step_fns.forward_logp`` over one update's
   rows under the fp32 reference parameters (a second parameter copy beside the train state)."""
-  from rti_jax.trainer import _forward_logp
+  from rti_jax.step_fns import forward_logp as _forward_logp
 
   model = abstract_model(config, jnp.bfloat16, jnp.float32)
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)

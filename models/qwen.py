@@ -345,15 +345,17 @@ class Qwen(nnx.Module):
     return h
 
   def token_logprobs(self, input_ids: jax.Array, attention_mask: jax.Array, *, vocab_chunk: int,
-                     remat: str = "none", right_padded: bool = False, scan: bool = False) -> jax.Array:
-    """``rti_jax.objectives.next_token_logprobs(self(input_ids, attention_mask), input_ids)`` without
-    the [B, T, V] logits: out[:, t] = log p(input_ids[:, t] | input_ids[:, :t]), out[:, 0] = 0, fp32,
-    the vocabulary ``vocab_chunk`` ids at a time (``models.vocab_logprobs``)."""
+                     remat: str = "none", right_padded: bool = False, scan: bool = False,
+                     temperature: float = 1.0) -> jax.Array:
+    """``rti_jax.objectives.next_token_logprobs(self(input_ids, attention_mask) / temperature, input_ids)``
+    without the [B, T, V] logits: out[:, t] = log p(input_ids[:, t] | input_ids[:, :t]), out[:, 0] = 0,
+    fp32, the vocabulary ``vocab_chunk`` ids at a time (``models.vocab_logprobs``)."""
     h = self.hidden_states(input_ids, attention_mask, remat=remat, right_padded=right_padded, scan=scan)
     targets = jnp.concatenate([input_ids[:, 1:], jnp.zeros_like(input_ids[:, :1])], axis=1)
     tied = self.config.tie_word_embeddings
     head = self.embed.embedding[...] if tied else self.lm_head[...]
-    lp = hidden_token_logprobs(h, head, targets, chunk=vocab_chunk, vocab_major=tied, precision=self.precision)
+    lp = hidden_token_logprobs(h, head, targets, chunk=vocab_chunk, vocab_major=tied, precision=self.precision,
+                               temperature=temperature)
     return jnp.pad(lp[:, :-1], ((0, 0), (1, 0)))
 
   def forward(self, input_ids: jax.Array, positions: jax.Array, mask: jax.Array,

@@ -26,8 +26,9 @@ def num_vocab_chunks(vocab_size: int, chunk: int) -> int:
 
 
 def hidden_token_logprobs(h: jax.Array, head: jax.Array, targets: jax.Array, *, chunk: int,
-                          vocab_major: bool = False, precision: jax.lax.Precision | None = None) -> jax.Array:
-  """log softmax(h @ head)[targets] without the full logits.
+                          vocab_major: bool = False, precision: jax.lax.Precision | None = None,
+                          temperature: float = 1.0) -> jax.Array:
+  """log softmax(h @ head / temperature)[targets] without the full logits.
 
   h: [B, T, E]; head: [E, V] (``vocab_major``: [V, E], a tied embedding); targets: [B, T] int in
   [0, V). Logits are accumulated in fp32 from ``h``'s dtype. Returns [B, T] fp32; equal to the
@@ -45,6 +46,8 @@ def hidden_token_logprobs(h: jax.Array, head: jax.Array, targets: jax.Array, *, 
     w_j, j = xs
     logits = constrain(jnp.einsum(spec, h, w_j.astype(h.dtype), preferred_element_type=jnp.float32,
                                   precision=precision), axes)  # [B, T, V/n]
+    if temperature != 1.0:
+      logits = logits / temperature
     ids = jnp.arange(size, dtype=targets.dtype) * n + j
     hit = jnp.sum(jnp.where(ids == targets[..., None], logits, 0.0), axis=-1)
     return carry, (jax.nn.logsumexp(logits, axis=-1), hit)

@@ -135,6 +135,12 @@ class LossConfig:
   # old_logp of a Corrector-written token: roll (pi_roll; the ratio starts at 1) | cal (pi_cal, the
   # distribution it was drawn from; the clip binds on unlikely corrections). objectives.assemble_batch.
   intervened_old_logp: str = inspect.signature(objectives.assemble_batch).parameters["intervened_old_logp"].default
+  # The ratio's log-probs are of logits / logp_temperature, the policy's and the behaviour's alike (1:
+  # the policy; the rollout temperature: the distribution sampled from, verl's convention). The
+  # behaviour log-probs: rollout (the backend's, at temperature 1) | recompute (a forward pass of the
+  # parameters that drew the rollouts, at logp_temperature, before the update; needed when it is not 1).
+  logp_temperature: float = _LOSS.logp_temperature
+  behaviour_logp: str = "rollout"
 
 
 @dataclasses.dataclass
@@ -167,7 +173,8 @@ class OptimConfig:
   b1: float = 0.9
   b2: float = 0.999
   max_grad_norm: float = 1.0
-  minibatches: int = 1  # update steps per rollout batch
+  minibatches: int = 1  # update steps per rollout batch (disjoint slices of its groups)
+  epochs: int = 1  # passes over the minibatches; the behaviour log-probs stay those of the rollouts
   # Each minibatch's rows are sorted by length and split into at most this many equal-size chunks
   # (the largest count that divides the rows, each chunk divisible by the data-parallel degree),
   # each padded to its own bucketed length; their gradients are summed before the one optimizer
@@ -252,6 +259,7 @@ _CHOICES = {
     "loss.aggregation": (None, *objectives.AGG_MODES),
     "loss.adv_std": objectives.ADVANTAGE_STDS,
     "loss.intervened_old_logp": objectives.INTERVENED_OLD_LOGP,
+    "loss.behaviour_logp": ("rollout", "recompute"),
     "baselines.luffy_when": ("all_fail", "always"),
 }
 
@@ -290,7 +298,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       "env.num_train", "env.num_test", "env.max_turns", "rollout.tasks_per_iter", "rollout.group_size",
       "rollout.max_new_tokens", "rollout.max_context", "train.iterations", "train.eval_every",
       "train.eval_samples", "train.checkpoint_every", "train.keep_checkpoints", "optim.minibatches",
-      "optim.length_chunks",
+      "optim.length_chunks", "optim.epochs",
   ]
   for key in positive_ints:
     if _get(cfg, key) < 1:
@@ -311,6 +319,14 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     raise ConfigError("rollout.sglang_url: required when rollout.backend=sglang (e.g. http://127.0.0.1:30000)")
   if cfg.rollout.group_size < 2:
     raise ConfigError(f"rollout.group_size: GRPO needs at least 2 samples per group, got {cfg.rollout.group_size}")
+  if not cfg.loss.logp_temperature > 0:
+    raise ConfigError(f"loss.logp_temperature: expected > 0, got {cfg.loss.logp_temperature}")
+  if cfg.loss.logp_temperature != 1.0 and cfg.loss.behaviour_logp != "recompute":
+    raise ConfigError(f"loss.logp_temperature={cfg.loss.logp_temperature}: the backend's behaviour log-probs are at "
+                      "temperature 1; set loss.behaviour_logp=recompute")
+  if cfg.loss.logp_temperature != 1.0 and cfg.loss.intervened_old_logp == "cal":
+    raise ConfigError("loss.intervened_old_logp=cal: pi_cal is scored at temperature 1; use roll with "
+                      f"loss.logp_temperature={cfg.loss.logp_temperature}")
   o = cfg.optim
   if not o.lr > 0:
     raise ConfigError(f"optim.lr: expected > 0, got {o.lr}")
@@ -371,7 +387,7 @@ _RUNTIME_KEYS: dict[str, dict[str, str]] = {
                    "kl_kind": "loss.kl_kind", "agg": "loss.aggregation", "agg_norm": "loss.agg_norm",
                    "gspo_clip_low": "baselines.gspo_clip_low", "gspo_clip_high": "baselines.gspo_clip_high",
                    "luffy_gamma": "baselines.luffy_gamma", "opd_coef": "baselines.opd_coef",
-                   "aepo_alpha": "baselines.aepo_alpha"},
+                   "aepo_alpha": "baselines.aepo_alpha", "logp_temperature": "loss.logp_temperature"},
     "SamplingParams": {"max_new_tokens": "rollout.max_new_tokens", "temperature": "rollout.temperature",
                        "top_p": "rollout.top_p", "top_k": "rollout.top_k"},
     "RolloutConfig": {"group_size": "rollout.group_size", "max_context_tokens": "rollout.max_context"},
@@ -398,7 +414,7 @@ def loss_config(cfg: ExperimentConfig) -> objectives.LossConfig:
                 clip_high=cfg.loss.clip_high, dual_clip=cfg.loss.dual_clip, eps_cal=cfg.intervention.eps_cal,
                 beta=cfg.loss.beta, kl_kind=cfg.loss.kl_kind, agg=cfg.loss.aggregation,
                 agg_norm=cfg.loss.agg_norm, gspo_clip_low=b.gspo_clip_low, gspo_clip_high=b.gspo_clip_high, luffy_gamma=b.luffy_gamma,
-                opd_coef=b.opd_coef, aepo_alpha=b.aepo_alpha)
+                opd_coef=b.opd_coef, aepo_alpha=b.aepo_alpha, logp_temperature=cfg.loss.logp_temperature)
 
 
 def sampling_params(cfg: ExperimentConfig) -> SamplingParams:

@@ -12,6 +12,7 @@ so only one micro-batch's activations and one gradient tree beside the sum are l
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import jax
@@ -106,6 +107,7 @@ def jit_step_functions(graphdef: Any, tx: optax.GradientTransformation, mesh: Me
   """The jitted ``step``, ``grads`` and ``apply`` of ``make_train_step`` (see there)."""
   parts_of = get_loss(loss_cfg.name)
   dp = _axes_size(mesh, b_sh.spec[0] if b_sh.spec else None)
+  temp = float(loss_cfg.logp_temperature)  # log-probs of logits / temp (objectives.LossConfig)
 
   def numerator(p: Any, rest_state: Any, batch: RTIBatch) -> tuple[jax.Array, tuple[jax.Array, dict]]:
     """Loss numerator (differentiated), with the denominator and metrics as aux."""
@@ -115,9 +117,11 @@ def jit_step_functions(graphdef: Any, tx: optax.GradientTransformation, mesh: Me
       kw = dict(remat=memory.remat, scan=memory.scan_layers, right_padded=True)  # RTIBatch rows are right padded
       with activation_sharding(mesh, rules):
         if memory.vocab_chunk is not None:
-          logp = net.token_logprobs(batch.input_ids, batch.attention_mask, vocab_chunk=memory.vocab_chunk, **kw)
+          logp = net.token_logprobs(batch.input_ids, batch.attention_mask, vocab_chunk=memory.vocab_chunk,
+                                    temperature=temp, **kw)
         else:
-          logp = logp_fn(net.logits(net.hidden_states(batch.input_ids, batch.attention_mask, **kw)), batch.input_ids)
+          logits = net.logits(net.hidden_states(batch.input_ids, batch.attention_mask, **kw))
+          logp = logp_fn(logits if temp == 1.0 else logits / temp, batch.input_ids)
       parts = parts_of(logp, batch, loss_cfg)
       return parts.numerator, (parts.denominator, parts.metrics)
     with activation_sharding(mesh, rules):  # the model's own activation constraints (models.qwen)
@@ -127,7 +131,7 @@ def jit_step_functions(graphdef: Any, tx: optax.GradientTransformation, mesh: Me
                        f"[B, T]={tuple(batch.input_ids.shape)}, got {tuple(logits.shape)}")
     if logits.shape[-1] % _axes_size(mesh, logits_sh.spec[-1]) == 0:
       logits = jax.lax.with_sharding_constraint(logits, logits_sh)
-    parts = parts_of(logp_fn(logits, batch.input_ids), batch, loss_cfg)
+    parts = parts_of(logp_fn(logits if temp == 1.0 else logits / temp, batch.input_ids), batch, loss_cfg)
     return parts.numerator, (parts.denominator, parts.metrics)
 
   grad_num = jax.value_and_grad(numerator, has_aux=True)
@@ -183,3 +187,34 @@ def jit_step_functions(graphdef: Any, tx: optax.GradientTransformation, mesh: Me
   jit_apply = jax.jit(apply, in_shardings=(state_sh, p_sh, replicated, replicated), out_shardings=out_sh,
                       donate_argnums=(0,) if donate else ())
   return jitted, jit_grads, jit_apply
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "vocab_chunk", "micro_batches", "scan", "temperature"))
+def forward_logp(graphdef: Any, params: Any, rest: Any, ids: jax.Array, mask: jax.Array,
+                 vocab_chunk: int | None = None, micro_batches: int = 1, scan: bool = False,
+                 temperature: float = 1.0) -> jax.Array:
+  """Per-token log-probs [B, T] of ``ids`` under ``params``, of ``logits / temperature`` (the KL
+  reference pass and the recomputed behaviour log-probs of ``rti_jax.trainer``; with vocab_chunk,
+  from the hidden states a vocabulary chunk at a time; micro_batches > 1: rows ``j, j+k, ...`` at a
+  time in a ``lax.map``, as the train step splits them). Module-level, so trainers of the same
+  architecture (GRPO then RTI in one run, or the next seed) share its compiles."""
+  net = nnx.merge(graphdef, params, rest)
+
+  def one(ids: jax.Array, mask: jax.Array) -> jax.Array:
+    if vocab_chunk is not None:
+      return net.token_logprobs(ids, mask, vocab_chunk=vocab_chunk, right_padded=True, scan=scan,
+                                temperature=temperature)
+    logits = net(ids, mask)
+    return next_token_logprobs(logits if temperature == 1.0 else logits / temperature, ids)
+
+  k, b = micro_batches, ids.shape[0]
+  if k == 1 or b % k:
+    return one(ids, mask)
+  split = lambda x: jnp.swapaxes(x.reshape(b // k, k, *x.shape[1:]), 0, 1)  # noqa: E731
+  return jnp.swapaxes(jax.lax.map(lambda a: one(*a), (split(ids), split(mask))), 0, 1).reshape(ids.shape)
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def tree_add(acc: Any, x: Any) -> Any:
+  """acc + x leaf by leaf, into ``acc``'s buffers (the length chunks' running gradient sum)."""
+  return jax.tree.map(jnp.add, acc, x)

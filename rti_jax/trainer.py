@@ -53,7 +53,7 @@ from rti_jax.metrics import paper_summary
 from rti_jax.rollout import ChatFormatter, Trajectory, rollout_groups, turn_counts
 from rti_jax.shapes import UPDATE_BUCKETS, bucket_length
 from rti_jax.sharding import ShardedTrainStep, TrainState, make_mesh, make_train_step
-from rti_jax.step_fns import MemoryModel
+from rti_jax.step_fns import MemoryModel, forward_logp, tree_add
 
 #: Per-iteration metric keys that depend on wall-clock time (excluded when comparing runs).
 TIMING_KEYS = ("time/rollout_s", "time/intervention_s", "time/update_s", "time/iteration_s", "time/total_s",
@@ -207,8 +207,8 @@ class Trainer:
     o = self.cfg.optim
     k = MemoryModel(tokens_per_device=o.tokens_per_device).count(ids.shape[0], ids.shape[1],
                                                                   self.train_step.data_parallel_degree)
-    return _forward_logp(self.train_step.graphdef, params, self.state.rest, ids, mask, o.vocab_chunk, k,
-                         o.scan_layers and o.vocab_chunk is not None)
+    return forward_logp(self.train_step.graphdef, params, self.state.rest, ids, mask, o.vocab_chunk, k,
+                        o.scan_layers and o.vocab_chunk is not None, self.loss_config.logp_temperature)
 
   # --- data ----------------------------------------------------------------------------------
 
@@ -289,15 +289,21 @@ class Trainer:
     return record
 
   def update(self, groups: Sequence[Sequence[Trajectory]]) -> dict[str, float]:
-    """Advantages, then ``minibatches`` jitted steps of the configured loss over the groups."""
+    """Advantages, then ``epochs`` passes of ``minibatches`` jitted steps of the configured loss.
+
+    Every minibatch is assembled and placed before the first step, with the behaviour log-probs
+    (recomputed, with ``loss.behaviour_logp=recompute``) and the reference / baseline signals of
+    the parameters that drew the rollouts; later steps see a policy that has moved, so the ratio
+    and its clip act from the second step on."""
     longest = max(len(t.token_ids) for grp in groups for t in grp)
     max_len = bucket_length(min(longest, self.cfg.rollout.max_context), **UPDATE_BUCKETS)
-    m = self.cfg.optim.minibatches
+    m, epochs = self.cfg.optim.minibatches, self.cfg.optim.epochs
     if len(groups) % m:
       raise ValueError(f"optim.minibatches: expected a divisor of rollout.tasks_per_iter={len(groups)}, got {m}")
     per = len(groups) // m
     sums: dict[str, float] = {}
     sampling_params = self.state.params  # the policy that drew the rollouts (AEPO's entropy)
+    prepared = []
     for j in range(m):
       batch = objectives.assemble_batch(
           groups[j * per:(j + 1) * per], pad_id=self.pad_id, reweight=self.cfg.intervention.reweight,
@@ -310,25 +316,37 @@ class Trainer:
               default=1)
       bucket = lambda length: bucket_length(min(length, max_len), **UPDATE_BUCKETS)  # noqa: E731
       chunks = objectives.length_chunks(batch, n, bucket)
-      if len(chunks) == 1:
-        self.state, out = self.train_step.step(self.state, self._device_batch(chunks[0], sampling_params))
-        vals = {"loss": out.loss, **out.metrics}
-      else:
-        # Gradients of the length-sorted chunks (each padded to its own bucket) are summed, then one
-        # optimizer step: the same loss and gradient as the single padded batch.
-        # A running sum: one gradient tree beside the accumulator, never a list of them.
-        g, num, den, chunk_metrics = None, 0.0, 0.0, []
-        for c in chunks:
-          g_c, num_c, den_c, m_c = self.train_step.grads(self.state, self._device_batch(c, sampling_params))
-          g = g_c if g is None else _tree_add(g, g_c)
-          num, den = num + num_c, den + den_c
-          chunk_metrics.append(m_c)
-        self.state, out = self.train_step.apply(self.state, g, num, den)
-        vals = {"loss": out.loss, **objectives.combine_chunk_metrics(chunk_metrics)}
-      vals["grad_norm"] = optax.tree.norm(out.grads)
-      for k, v in vals.items():
-        sums[k] = sums.get(k, 0.0) + float(v) / m
+      if self.cfg.loss.behaviour_logp == "recompute":
+        chunks = [self._recompute_behaviour(c, sampling_params) for c in chunks]
+      prepared.append([self._device_batch(c, sampling_params) for c in chunks])
+    for _ in range(epochs):
+      for chunks in prepared:
+        if len(chunks) == 1:
+          self.state, out = self.train_step.step(self.state, chunks[0])
+          vals = {"loss": out.loss, **out.metrics}
+        else:
+          # Gradients of the length-sorted chunks (each padded to its own bucket) are summed, then one
+          # optimizer step: the same loss and gradient as the single padded batch.
+          # A running sum: one gradient tree beside the accumulator, never a list of them.
+          g, num, den, chunk_metrics = None, 0.0, 0.0, []
+          for c in chunks:
+            g_c, num_c, den_c, m_c = self.train_step.grads(self.state, c)
+            g = g_c if g is None else tree_add(g, g_c)
+            num, den = num + num_c, den + den_c
+            chunk_metrics.append(m_c)
+          self.state, out = self.train_step.apply(self.state, g, num, den)
+          vals = {"loss": out.loss, **objectives.combine_chunk_metrics(chunk_metrics)}
+        vals["grad_norm"] = optax.tree.norm(out.grads)
+        for k, v in vals.items():
+          sums[k] = sums.get(k, 0.0) + float(v) / (m * epochs)
     return sums
+
+  def _recompute_behaviour(self, batch: objectives.RTIBatch, params: Any) -> objectives.RTIBatch:
+    """``old_logp`` of every trained token from ``params`` at ``loss.logp_temperature`` (intervened
+    tokens under the rollout context: pi_roll, as ``loss.intervened_old_logp=roll``)."""
+    logp = np.asarray(self._logp_fn(params, batch.input_ids, batch.attention_mask))
+    old = np.where(np.asarray(batch.loss_mask) > 0, logp, np.asarray(batch.old_logp)).astype(np.float32)
+    return dataclasses.replace(batch, old_logp=old)
 
   def _device_batch(self, batch: objectives.RTIBatch, sampling_params: Any) -> objectives.RTIBatch:
     """A host batch with the baselines' per-token signals and the reference log-probs, on the mesh."""
@@ -449,33 +467,6 @@ class Trainer:
     save_pretrained(policy, self.model_config, str(path), dtype=self.model_config.dtype,
                     eos_token_ids=[int(t) for t in dict.fromkeys(stops) if t is not None])
     save_tokenizer(self.tokenizer, path)
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef", "vocab_chunk", "micro_batches", "scan"))
-def _forward_logp(graphdef: Any, params: Any, rest: Any, ids: jax.Array, mask: jax.Array,
-                  vocab_chunk: int | None = None, micro_batches: int = 1, scan: bool = False) -> jax.Array:
-  """Per-token log-probs [B, T] of ``ids`` under ``params`` (the KL reference pass; with vocab_chunk,
-  from the hidden states a vocabulary chunk at a time; micro_batches > 1: rows ``j, j+k, ...`` at a
-  time in a ``lax.map``, as the train step splits them). Module-level, so trainers of the same
-  architecture (GRPO then RTI in one run, or the next seed) share its compiles."""
-  net = nnx.merge(graphdef, params, rest)
-
-  def one(ids: jax.Array, mask: jax.Array) -> jax.Array:
-    if vocab_chunk is not None:
-      return net.token_logprobs(ids, mask, vocab_chunk=vocab_chunk, right_padded=True, scan=scan)
-    return objectives.next_token_logprobs(net(ids, mask), ids)
-
-  k, b = micro_batches, ids.shape[0]
-  if k == 1 or b % k:
-    return one(ids, mask)
-  split = lambda x: jnp.swapaxes(x.reshape(b // k, k, *x.shape[1:]), 0, 1)  # noqa: E731
-  return jnp.swapaxes(jax.lax.map(lambda a: one(*a), (split(ids), split(mask))), 0, 1).reshape(ids.shape)
-
-
-@functools.partial(jax.jit, donate_argnums=(0,))
-def _tree_add(acc: Any, x: Any) -> Any:
-  """acc + x leaf by leaf, into ``acc``'s buffers (the length chunks' running gradient sum)."""
-  return jax.tree.map(jnp.add, acc, x)
 
 
 def _truncate_jsonl(path: pathlib.Path, iteration: int) -> None:

@@ -316,9 +316,9 @@ def test_memory_model_step_on_meshes_equals_the_one_device_plain_step() -> None:
 
 
 def test_reference_logprobs_in_micro_batches_equal_one_pass() -> None:
-  """The KL reference pass (``rti_jax.trainer._forward_logp``) with vocab chunks, scanned layers and
+  """The KL reference pass (``rti_jax.step_fns.forward_logp``) with vocab chunks, scanned layers and
   rows taken 2 and 4 at a time equals the full-logits pass over all rows."""
-  from rti_jax.trainer import _forward_logp
+  from rti_jax.step_fns import forward_logp as _forward_logp
 
   graphdef, params, rest = nnx.split(tiny(), nnx.Param, ...)
   b = rti_batch(rows=8, t=24)

@@ -94,7 +94,11 @@ class LossConfig:
 
   name: a key of ``LOSSES``. agg: aggregation mode; None picks the method's own default
   (``seq-mean-token-mean`` for grpo/rti/gspo/opd, ``token-mean`` for luffy/aepo).
-  Paper defaults (Sec. 5.1): clip 0.2, eps_cal 0.2, beta 0.
+  Paper defaults (Sec. 5.1): clip 0.2, eps_cal 0.2, beta 0. logp_temperature: the train step takes
+  the policy's log-probs from ``logits / logp_temperature`` (1: the policy itself; the sampling
+  temperature: the distribution the rollouts were drawn from, as verl does); the behaviour
+  log-probs ``old_logp`` must be taken at the same temperature (``rti_jax.trainer``'s
+  ``loss.behaviour_logp: recompute``).
   """
 
   name: str = "rti"
@@ -112,8 +116,10 @@ class LossConfig:
   luffy_on_policy_clip: bool = True
   opd_coef: float = 1.0
   aepo_alpha: float = 0.2
+  logp_temperature: float = 1.0
 
   def __post_init__(self) -> None:
+    C.check_scalar("LossConfig.logp_temperature", self.logp_temperature, low=0.0, low_open=True)
     C.check_choice("LossConfig.name", self.name, tuple(LOSSES))
     C.check_choice("LossConfig.kl_kind", self.kl_kind, core.KL_KINDS)
     if self.agg is not None:

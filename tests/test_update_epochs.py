@@ -1,0 +1,114 @@
+"""Several steps per rollout batch (``optim.epochs``) and temperature-consistent log-probs
+(``loss.logp_temperature``, ``loss.behaviour_logp=recompute``), against independent references:
+the same steps taken by hand, transformers' tempered log-probs, numpy's tempered softmax."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from transformers import Qwen3ForCausalLM
+
+from models.vocab_logprobs import hidden_token_logprobs
+from rti_jax import objectives
+from rti_jax.config import ConfigError, load_config
+from rti_jax.envs.source import TaskSource
+from rti_jax.rollout import rollout_groups
+from rti_jax.shapes import UPDATE_BUCKETS, bucket_length
+from rti_jax.trainer import Trainer
+from trainer_fixtures import LengthRewardEnv
+
+
+def _source():
+  return TaskSource(train=list(range(8)), test=list(range(100, 102)), env_factory=LengthRewardEnv,
+                    task_id=str, subsets={}, domain="navigation")
+
+
+def _cfg(policy, *extra):
+  return load_config("navigation", [
+      f"policy.path={policy}", "loss.method=grpo", "rollout.tasks_per_iter=2", "rollout.group_size=4",
+      "rollout.max_new_tokens=6", "rollout.max_context=128", "train.iterations=1", "optim.lr=0.05",
+      "train.eval_every=100", "train.val_tasks=0", "loss.beta=0", "optim.length_chunks=1", *extra])
+
+
+def _groups(trainer, seed=0):
+  src = trainer.source
+  return rollout_groups(src.train[:2], src.env_factory, trainer.backend, trainer.formatter, trainer.rollout_config,
+                        task_id=src.task_id, seed=seed)
+
+
+def _batch(trainer, groups):
+  """The batch ``Trainer.update`` assembles (one minibatch, one length chunk)."""
+  longest = max(len(t.token_ids) for g in groups for t in g)
+  max_len = bucket_length(min(longest, trainer.cfg.rollout.max_context), **UPDATE_BUCKETS)
+  batch = objectives.assemble_batch(groups, pad_id=trainer.pad_id, reweight=True, max_len=max_len,
+                                    advantage_std=trainer.cfg.loss.adv_std)
+  (chunk,) = objectives.length_chunks(batch, 1, lambda n: bucket_length(min(n, max_len), **UPDATE_BUCKETS))
+  return chunk
+
+
+def test_epochs_take_the_same_steps_as_repeating_the_step_by_hand(toy_policy, tmp_path):
+  """Two epochs over one minibatch equal two hand-made steps on the one placed batch: the second
+  step's ratio has moved off 1 (its KL estimate is positive), the behaviour log-probs have not."""
+  two = Trainer(_cfg(toy_policy, "optim.epochs=2"), tmp_path / "two", source=_source(), progress=False)
+  ref = Trainer(_cfg(toy_policy), tmp_path / "ref", source=_source(), progress=False)
+  groups = _groups(two)
+  dev = ref._device_batch(_batch(ref, groups), ref.state.params)
+  s1, o1 = ref.train_step.step(ref.state, dev)
+  s2, o2 = ref.train_step.step(s1, dev)
+  metrics = two.update(groups)
+  for got, want in zip(jax.tree.leaves(two.state.params), jax.tree.leaves(s2.params)):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)
+  assert metrics["loss"] == pytest.approx((float(o1.loss) + float(o2.loss)) / 2, rel=1e-5)
+  assert abs(float(o1.metrics["approx_kl_k3"])) < 1e-6 < float(o2.metrics["approx_kl_k3"])
+
+
+def test_recomputed_behaviour_logprobs_are_transformers_tempered_logprobs(toy_policy, tmp_path):
+  """behaviour_logp=recompute at temperature 0.5: every trained token's old_logp is
+  log_softmax(logits / 0.5) of the checkpoint under transformers; other positions keep theirs."""
+  tr = Trainer(_cfg(toy_policy, "rollout.temperature=0.5", "loss.logp_temperature=0.5", "loss.behaviour_logp=recompute"),
+               tmp_path / "t", source=_source(), progress=False)
+  batch = _batch(tr, _groups(tr))
+  got = tr._recompute_behaviour(batch, tr.state.params)
+  hf = Qwen3ForCausalLM.from_pretrained(toy_policy).eval()
+  ids = torch.tensor(np.asarray(batch.input_ids), dtype=torch.long)
+  with torch.no_grad():
+    logits = hf(input_ids=ids, attention_mask=torch.tensor(np.asarray(batch.attention_mask))).logits.double()
+  want = torch.log_softmax(logits / 0.5, -1)[:, :-1].gather(-1, ids[:, 1:, None])[..., 0].numpy()
+  mask = np.asarray(batch.loss_mask)[:, 1:] > 0
+  assert mask.sum() > 10
+  np.testing.assert_allclose(np.asarray(got.old_logp)[:, 1:][mask], want[mask], atol=2e-5)
+  np.testing.assert_array_equal(np.asarray(got.old_logp)[:, 1:][~mask], np.asarray(batch.old_logp)[:, 1:][~mask])
+  # the sampler's own log-probs are the temperature-1 ones: they differ from the tempered ones
+  assert np.abs(np.asarray(batch.old_logp)[:, 1:][mask] - want[mask]).mean() > 0.05
+  # a first step from these behaviour log-probs starts at ratio 1
+  _, out = tr.train_step.step(tr.state, tr._device_batch(got, tr.state.params))
+  assert abs(float(out.metrics["approx_kl_k3"])) < 1e-6 and float(out.metrics["clip_frac"]) == 0.0
+
+
+@pytest.mark.parametrize("temperature", [0.5, 0.8, 2.0])
+def test_vocab_chunked_logprobs_at_a_temperature_equal_numpy(temperature):
+  rng = np.random.default_rng(0)
+  h = rng.normal(size=(2, 5, 8)).astype(np.float32)
+  head = rng.normal(size=(8, 12)).astype(np.float32)
+  targets = rng.integers(0, 12, (2, 5))
+  z = (h.astype(np.float64) @ head) / temperature
+  want = np.take_along_axis(z - np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1, keepdims=True)) - z.max(-1, keepdims=True),
+                            targets[..., None], -1)[..., 0]
+  got = hidden_token_logprobs(jnp.asarray(h), jnp.asarray(head), jnp.asarray(targets), chunk=4,
+                              precision=jax.lax.Precision.HIGHEST, temperature=temperature)
+  np.testing.assert_allclose(np.asarray(got), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("overrides, needle", [
+  (["loss.logp_temperature=0.8"], "behaviour_logp=recompute"),
+  (["loss.logp_temperature=0.8", "loss.behaviour_logp=recompute", "loss.intervened_old_logp=cal"], "intervened_old_logp"),
+  (["loss.logp_temperature=0"], "loss.logp_temperature"),
+  (["loss.behaviour_logp=sampler"], "loss.behaviour_logp"),
+  (["optim.epochs=0"], "optim.epochs"),
+])
+def test_inconsistent_settings_are_refused_by_name(overrides, needle):
+  with pytest.raises(ConfigError, match=needle):
+    load_config("navigation", overrides)
