@@ -4,6 +4,7 @@ the pipeline end to end with a scripted policy, and the trainer's task source.""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
@@ -43,8 +44,11 @@ from rti_jax.intervention.rules_telecom import (
 )
 from rti_jax.intervention.stats import InterventionStats
 from rti_jax.intervention.telecom_diagnostics import firing_rates, naive_device_turns
+from rti_jax.intervention.telecom_evidence import device_requests
+from rti_jax.intervention.telecom_fixes import FIX_RULES, unjustified_fixes
 from rti_jax.policy.tokenizer import byte_tokenizer
 from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
+from telecom_state_reference import FaultTracker
 from intervention_doubles import (
   CORRECTOR_MARKER,
   FEEDBACK_MARKER,
@@ -115,8 +119,12 @@ def judge(env: TelecomEnv, draft: str):
 
 def suggestion_is_visible(env: TelecomEnv, j) -> bool:
   """The Validator's visible-only hint (the feedback-only Corrector's) states no value the conversation
-  has not shown (checked with the Verifier's detector)."""
-  return not VERIFIER.leaked_values(ctx_of(env, ""), j.visible_suggest_next)
+  has not shown, and a request written from it ("ask the user to run X(...)") asks for no device fix
+  that the conversation has not shown a need for (both checked with the Verifier's detectors)."""
+  ctx = ctx_of(env, "")
+  asked = re.findall(r"ask the user to run (\w+\([^)]*\))", j.visible_suggest_next or "")
+  return not VERIFIER.leaked_values(ctx, j.visible_suggest_next) and not any(
+    unjustified_fixes(ctx, f"Please run {a} on your phone.") for a in asked)
 
 
 # --- App. D.1 and D.2 -------------------------------------------------------------------------------
@@ -163,13 +171,16 @@ def test_d2_leaking_correction_is_rejected_and_the_clean_one_accepted():
   j = judge(env, draft)
   assert j.error_types == (USER_SIDE_DEVICE_ACTION,) and "reset_apn_settings" in j.suggest_next
   # As in App. D.2, the suggestion built from the evidence names the fix the task needs, the APN reset
-  # and then the reboot; the visible-only one names the draft's own tool.
+  # and then the reboot. The visible-only one does not hand the Corrector the reset either: nothing shown
+  # says the APN is wrong, so it asks for the check that would show it.
   assert j.suggest_next == ("Do not call reset_apn_settings yourself: ask the user to run reset_apn_settings() and "
                             "then reboot_device() on their phone and tell you the result.")
-  assert j.visible_suggest_next == ("Do not call reset_apn_settings yourself: ask the user to run "
-                                    "reset_apn_settings() on their phone and tell you the result.")
+  assert j.visible_suggest_next == ("Do not call reset_apn_settings yourself, and do not ask for it before a check "
+                                    "shows it is needed: ask the user to run check_apn_settings() on their phone and "
+                                    "tell you the result.")
   v = VERIFIER.judge(ctx_of(env, draft), D2_LEAK)
-  assert not v.ok and set(v.reasons) == {"leaked_value", "hallucinated_tool_result"}
+  # the APN reset asked with nothing shown is a leak of its own (fix_without_diagnostic)
+  assert not v.ok and set(v.reasons) == {"leaked_value", "hallucinated_tool_result", "fix_without_diagnostic"}
   for value in ("'John'", "'L1002'", "'15.1 GB'"):
     assert value in v.diagnosis
   assert "555-123-2002" not in v.diagnosis  # the user said it: visible
@@ -181,8 +192,13 @@ def test_d2_leaking_correction_is_rejected_and_the_clean_one_accepted():
   used = re.search(r'"data_used_gb":([\d.]+)', seen).group(1)
   grounded = D2_LEAK.replace("15.1", used)
   assert VERIFIER.leaked_values(ctx_of(env, draft), grounded) == []
-  # D.2's clean redirection (toggle_data) passes.
+  # D.2's clean redirection (toggle_data) passes once a check has shown mobile data off; asked before
+  # any check, the data fix could only come from the evidence.
   env = env_after(D2_TASK, [ASK_PHONE])
+  v = VERIFIER.judge(ctx_of(env, tool_call_text("toggle_data", {})), D2_CLEAN)
+  assert v.reasons == ("fix_without_diagnostic",)
+  env.step("Please run check_network_status() on your phone and tell me the result.")
+  assert "Mobile data: OFF" in env.transcript.messages[-1]["content"]
   v = VERIFIER.judge(ctx_of(env, tool_call_text("toggle_data", {})), D2_CLEAN)
   assert v.ok, v.diagnosis
 
@@ -199,7 +215,12 @@ def test_verifier_rejects_hidden_reference_wording_and_written_tool_results():
   # A correction that still calls the device tool is not an improvement.
   v = VERIFIER.judge(ctx_of(env, draft), tool_call_text("reboot_device", {}))
   assert not v.ok and v.reasons == ("not_improved",)
-  ok = VERIFIER.judge(ctx_of(env, draft), "Please reset your APN settings on your phone, then restart it.")
+  # the APN reset in plain words: a leak until a check shows the APN broken (the task's MMSC URL is unset)
+  plain = "Please reset your APN settings on your phone, then restart it."
+  assert VERIFIER.judge(ctx_of(env, draft), plain).reasons == ("fix_without_diagnostic",)
+  env.step("Please run check_apn_settings() on your phone and tell me the result.")
+  assert "MMSC URL not set" in env.transcript.messages[-1]["content"]
+  ok = VERIFIER.judge(ctx_of(env, draft), plain)
   assert ok.ok, ok.diagnosis
 
 
@@ -233,6 +254,7 @@ def test_d2_through_the_pipeline_rejected_with_verifier_admitted_without(verifie
   applied = _applied_texts([traj])
   if verifier_on:
     assert stats.verifier_rejected == 1 and stats.corrections_applied == 0 and applied == []
+    assert stats.verifier_reasons == {"leaked_value": 1, "hallucinated_tool_result": 1, "fix_without_diagnostic": 1}
     assert any(m["content"].startswith("Error: reset_apn_settings") for m in traj.messages if m["role"] == "tool")
   else:
     assert stats.verifier_skipped == 1 and stats.corrections_applied == 1 and applied == [D2_LEAK]
@@ -422,14 +444,18 @@ def test_validator_fires_on_do_nothing_and_naive_agents_over_the_train_tasks():
   assert chat[0][1].is_valid and all(j.error_types == (POINTLESS_REPEAT,) for _, j in chat[1:])
 
 
-def test_verifier_on_gold_steps_rejects_only_unlooked_up_prices():
-  """Residue, measured: the gold script quotes a refuel price without looking the plan up; the
-  Verifier rejects exactly those offers whose price no user or tool message has shown."""
-  rejected = expected = steps = 0
+def test_verifier_on_gold_steps_rejects_only_unlooked_up_prices_and_unseen_fixes():
+  """Residue, measured. The gold replay is built from the evidence: it quotes a refuel price without
+  looking the plan up, and it asks for each device fix without a check. The Verifier is meant for
+  corrections; judged on the gold steps it rejects exactly the offers whose price no user or tool
+  message has shown (``leaked_value``) and the fix requests that no earlier output backs
+  (``fix_without_diagnostic``, counted independently by the state-based ``FaultTracker``), nothing else."""
+  rejected = prices = fixes = steps = 0
   for task in load_split("base"):
     env = TelecomEnv()
     env.reset(task)
     agent = GoldAgent(task)
+    tracker = FaultTracker()
     while True:
       draft = agent.act(env.transcript.messages)
       ctx = ctx_of(env, "")
@@ -437,27 +463,44 @@ def test_verifier_on_gold_steps_rejects_only_unlooked_up_prices():
       price = re.search(r"for \$([\d.]+)\.", draft)
       seen = " ".join(m["content"] for m in ctx.history if m["role"] != "assistant") + ctx.user_query
       unshown = bool(price) and float(price.group(1)) not in {float(x) for x in re.findall(r"\d+(?:\.\d+)?", seen)}
-      expected += unshown
+      unbacked = any(not tracker.backed(r.tool, r.arguments) for r in device_requests(draft) if r.tool in FIX_RULES)
+      prices += unshown
+      fixes += unbacked
       steps += 1
       if not v.ok:
         rejected += 1
-        assert unshown and v.reasons == ("leaked_value",) and f"${price.group(1)}" in v.diagnosis
-      if env.step(draft).done:
+        assert v.reasons == (("leaked_value",) if unshown else ("fix_without_diagnostic",)), (draft, v.reasons)
+        assert (f"${price.group(1)}" in v.diagnosis) if unshown else unbacked
+      before = copy.deepcopy(env.state)
+      done = env.step(draft).done
+      tracker.observe(before, env.transcript.info["turns"][-1]["user_calls"])
+      if done:
         break
-  assert steps > 114 * 5 and rejected == expected > 0
+  assert steps > 114 * 5 and prices > 0 and fixes > 0 and rejected == prices + fixes
+  assert (prices, fixes) == (7, 290)
 
 
 def test_following_the_hints_repairs_every_naive_train_episode():
-  """Self-intervention in miniature: at each flagged step the agent writes the Validator's
-  suggestion as its message; the Verifier checks it; the episode goes on from it."""
-  corrected = accepted = 0
+  """Self-intervention in miniature: at each flagged step the agent writes the Validator's visible
+  suggestion as its message; the Verifier checks it; the episode goes on from it. The hints are
+  diagnostic-first: where no output has shown the fault that a device call fixes, the hint asks for
+  the check, and after the user's report the agent drafts the same device call again (the script
+  does not advance); now the hint names the fix. Every naive train episode is still repaired, within
+  the 30-turn limit; the checks asked are exactly the fixes no earlier output backed (``FaultTracker``)."""
+  corrected = accepted = checks = unbacked = longest = 0
   for task in load_split("train"):
     env = TelecomEnv()
     env.reset(task)
     turns = naive_device_turns(task)
-    for k in range(env.max_turns):
+    tracker = FaultTracker()
+    k = 0
+    while True:
       draft = turns[k] if k < len(turns) else "Thank you. ###STOP###"
+      k += 1
       j = judge(env, draft)
+      own = [c for c in parse_assistant_turn(draft).tool_calls if c.name in dt.DEVICE_TOOLS]
+      if own and own[0].name in FIX_RULES:
+        unbacked += not tracker.backed(own[0].name, own[0].arguments)
       m = re.search(r"ask the user to run (\w+\([^)]*\)) on their phone", j.visible_suggest_next or "")
       if not j.is_valid and m:
         fix = f"Please run {m.group(1)} on your phone and tell me the result."
@@ -465,11 +508,19 @@ def test_following_the_hints_repairs_every_naive_train_episode():
         if VERIFIER.judge(ctx_of(env, draft), fix).ok:
           accepted += 1
           draft = fix
-      if env.step(draft).done:
+          if own and not m.group(1).startswith(own[0].name + "("):  # a check: the device call is still to come
+            checks += 1
+            k -= 1
+      before = copy.deepcopy(env.state)
+      done = env.step(draft).done
+      tracker.observe(before, env.transcript.info["turns"][-1]["user_calls"])
+      if done:
         break
+    longest = max(longest, env.transcript.num_turns)
     assert env.transcript.reward == 1.0, task.task_id
   n_device = sum(a.requestor == "user" and a.name != "make_payment" for t in load_split("train") for a in t.actions)
-  assert corrected == accepted == n_device
+  assert corrected == accepted == n_device + checks and checks == unbacked > 0
+  assert (n_device, checks) == (269, 186) and longest <= env.max_turns == 30
 
 
 # --- the pipeline end to end ------------------------------------------------------------------------
@@ -478,7 +529,11 @@ def test_following_the_hints_repairs_every_naive_train_episode():
 class NaiveTelecomScript:
   """A scripted policy that calls device tools itself (the gold replay with each device request
   turned into a tool call); under a correction prompt (either kind) it follows the Validator's
-  suggestion ("ask the user to run X(...) on their phone"), its first device action."""
+  suggestion ("ask the user to run X(...) on their phone"), its first device action. A check that a
+  correction asked for does not use up a turn of the script: after the user's report it drafts the
+  same device call again."""
+
+  CHECK = re.compile(r"<\|im_start\|>assistant\nPlease run check_\w+\([^)]*\) on your phone and tell me the result\.")
 
   def __init__(self, task) -> None:
     self.turns = naive_device_turns(task)
@@ -488,12 +543,15 @@ class NaiveTelecomScript:
     if is_correction_prompt(prompt):
       m = re.search(r"ask the user to run (\w+\([^)]*\))(?: and then \w+\([^)]*\))? on their phone", last)
       return f"Please run {m.group(1)} on your phone and tell me the result." if m else ""
-    k = prompt.count("<|im_start|>assistant\n") - 1
+    k = prompt.count("<|im_start|>assistant\n") - 1 - len(self.CHECK.findall(prompt))
     return self.turns[k] if k < len(self.turns) else "Thank you. ###STOP###"
 
 
 @pytest.mark.parametrize("kind", ["feedback", "paper"])
 def test_intervene_groups_end_to_end_on_telecom(kind):
+  """The feedback Corrector follows the visible hints, diagnostic-first, and repairs the group; the
+  paper Corrector copies the fix that ``suggest_next`` names from the evidence, before any check has
+  shown the fault, and the Verifier rejects every such correction (``fix_without_diagnostic``)."""
   task = get_task("[mobile_data_issue]airplane_mode_on|data_mode_off[PERSONA:None]")
   tok = byte_tokenizer()
   fmt = ChatFormatter(tok)
@@ -511,13 +569,22 @@ def test_intervene_groups_end_to_end_on_telecom(kind):
   # Only the paper Corrector's message holds the evidence (the speed assertion) and the telecom rule.
   assert all(("assert_internet_speed" in m) == ("Tools of the user's phone are the user's to run" in m) == (kind == "paper")
              for m in asked)
-  n_device = sum(a.requestor == "user" for a in task.actions)
-  assert stats.groups_triggered == 1 and stats.steps_flagged == n_device == stats.verifier_accepted
-  assert stats.corrections_applied == n_device and stats.groups_replaced == 1
+  fixes = [a.name for a in task.actions if a.requestor == "user"]
+  assert fixes == ["toggle_airplane_mode", "toggle_data"]
+  if kind == "paper":
+    # flagged: both device calls and the early stop; each correction asks for a fix nothing has shown
+    assert stats.groups_triggered == 1 and stats.steps_flagged == 3 == stats.verifier_rejected
+    assert stats.verifier_reasons == {"fix_without_diagnostic": 3}
+    assert stats.corrections_applied == 0 and stats.groups_replaced == 0 and new[0] == groups[0]
+    return
+  # Nothing shows airplane mode at first: the hint asks for the status bar; its report shows airplane mode
+  # on, and the airplane fix's own output (a status bar with a signal) then shows data disabled.
+  assert stats.groups_triggered == 1 and stats.steps_flagged == len(fixes) + 1 == stats.verifier_accepted
+  assert stats.corrections_applied == len(fixes) + 1 and stats.groups_replaced == 1 and stats.verifier_rejected == 0
   winner = new[0][0]
   assert winner.intervened and winner.reward == 1.0 and new[0][1] is groups[0][1]
   texts = [t.text for t in winner.turns if t.intervened]
-  assert [re.search(r"run (\w+)", x).group(1) for x in texts] == [a.name for a in task.actions if a.requestor == "user"]
+  assert [re.search(r"run (\w+)", x).group(1) for x in texts] == ["check_status_bar"] + fixes
   a = winner.arrays()
   assert a["intervened_mask"].sum() == sum(t.end - t.start for t in winner.turns if t.intervened)
   assert np.all(a["cal_logp"][a["intervened_mask"] == 1] > a["roll_logp"][a["intervened_mask"] == 1])

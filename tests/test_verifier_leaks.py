@@ -300,7 +300,9 @@ D2_TASK = ("[mms_issue]airplane_mode_on|bad_network_preference|bad_wifi_calling|
            "break_app_sms_permission|data_mode_off|data_usage_exceeded|unseat_sim_card|user_abroad_roaming_enabled_off"
            "[PERSONA:None]")
 TEL = TelecomRuleVerifier()
-ASK = "Please run toggle_data() on your phone and tell me the result."
+#: a request to go with each value: a check, which needs no earlier report (a fix such as toggle_data()
+#: would be rejected here on its own, as fix_without_diagnostic: nothing shown says mobile data is off)
+ASK = "Please run check_network_status() on your phone and tell me the result."
 #: (value, respelling strategy) of App. D.2's customer: what the backend and the task hold
 TEL_PRIVILEGED = [("C1001", "text"), ("John", "text"), ("Smith", "text"), ("John Smith", "text"), ("L1002", "text"),
                   ("john.smith@example.com", "text"), ("1235", "digits"), ("123 Main St", "text"), ("90210", "digits"),

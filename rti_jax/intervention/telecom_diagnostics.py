@@ -8,9 +8,11 @@ turn limit, and ``naive_device_turns``, which runs the device tools itself). The
 flags none of the gold agent's steps, every do-nothing episode (PREMATURE_TERMINATION), the
 chatting agent from its second message on (POINTLESS_REPEAT) and every device call of the
 naive agent (USER_SIDE_DEVICE_ACTION); written as the agent's message, its hints for those
-device calls pass the Verifier and repair every naive episode. The Verifier, on the gold steps,
-rejects only the refuel offers that quote a price no lookup has shown (the gold script does not
-look the plan up).
+device calls pass the Verifier and repair every naive episode (diagnostic-first: a fix that no
+output has shown a need for is preceded by the check that shows it). The Verifier, on the gold
+steps, rejects only the refuel offers that quote a price no lookup has shown (the gold script does
+not look the plan up) and the device fixes asked before any output showed their fault
+(``fix_without_diagnostic``: the gold script asks for the task's fixes straight from the evidence).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ same judgement. Reward-oriented (Sec. 4.1: flags only derailing steps), on the d
   * ``POINTLESS_REPEAT``: an agent call identical to an earlier successful one (a write,
     or a lookup with nothing changed since), the same message again with nothing changed,
     asking the user to repeat an undirected toggle they already ran (it undoes it), or a
-    device check they already ran with nothing changed since;
+    device check they already ran with nothing changed since (and no device change asked
+    before it in the same message);
   * ``FALSE_CLAIM``: the reply claims a lookup ("I've checked your account") or an agent
     action ("I've enabled roaming") without the matching successful call, or states a
     backend id or a usage figure no message has shown;
@@ -26,7 +27,10 @@ actions with their exact arguments (the line id, the refuel amount, the APN rese
 setting that fixes the fault), so only the paper's Corrector, told to conceal it, reads it. Its
 ``visible_suggest_next`` (the feedback-only Corrector's) names only things visible to the policy:
 tool names (they are in the system prompt) and argument values that the conversation (or, for
-device settings, the policy text) shows; an id not shown yet becomes "look the customer up first".
+device settings, the policy text) shows; an id not shown yet becomes "look the customer up first",
+and a device fix that no visible output justifies yet (``telecom_fixes.FIX_RULES``) becomes the
+check that would show its setting ("ask the user to run check_status_bar()"): once the user's
+report shows the fault, the hint names the fix.
 """
 
 from __future__ import annotations
@@ -65,6 +69,20 @@ from rti_jax.intervention.telecom_evidence import (
   user_side_tools,
   visible_value,
 )
+from rti_jax.intervention.telecom_fixes import (
+  FIX_DIRECTION,
+  FIX_RULES,
+  Reading,
+  judge_fix,
+  last_readings,
+  readings_in,
+  visible_texts,
+)
+
+#: setting -> its last reading in the visible conversation (``telecom_fixes.last_readings``)
+Shown = dict[str, Reading]
+#: what a diagnostic-first hint reads: the readings, the agent's and the user's tool runs
+Visible = tuple[Shown, Sequence[AgentRun], Sequence[tuple[int, UserRun]]]
 
 USER_SIDE_DEVICE_ACTION = "USER_SIDE_DEVICE_ACTION"
 FABRICATED_ARGUMENTS = "FABRICATED_ARGUMENTS"
@@ -76,9 +94,6 @@ ARGUMENT_MISMATCH = "ARGUMENT_MISMATCH"
 RULES = (USER_SIDE_DEVICE_ACTION, FABRICATED_ARGUMENTS, POINTLESS_REPEAT, FALSE_CLAIM, PREMATURE_TERMINATION,
          GOAL_DRIFT, ARGUMENT_MISMATCH)
 
-#: toggle -> the direction that fixes the telecom faults (turning it the other way breaks a setting)
-FIX_DIRECTION = {"toggle_airplane_mode": "off", "toggle_data": "on", "toggle_roaming": "on",
-                 "toggle_data_saver_mode": "off", "toggle_wifi_calling": "off"}
 #: device writes that can work against the fix when the task does not need them
 RISKY_DEVICE_WRITES = frozenset({"toggle_airplane_mode", "toggle_data", "toggle_roaming", "toggle_data_saver_mode",
                                  "toggle_wifi", "toggle_wifi_calling", "connect_vpn", "set_apn_settings",
@@ -125,16 +140,24 @@ class TelecomRuleValidator:
     required = required_actions(ctx.evidence)
     pending = [a for a in required if not is_done(a, agents, users)]
     device = user_side_tools(ctx.evidence)
+    shown = last_readings(readings_in(visible_texts(ctx)))
+    visible_state = (shown, agents, users)
     errors: list[tuple[str, str, str, str]] = []
 
     device_calls = [c for c in turn.tool_calls if c.name in device]
     agent_calls = [c for c in turn.tool_calls if c.name not in device]
     for call in device_calls:
-      ask = "Do not call {} yourself: ask the user to run {} on their phone and tell you the result."
+      ask = "Do not call {} yourself{}: ask the user to run {} on their phone and tell you the result."
+      step = self._visible_step(call.name, call.arguments, seen, shown, agents, users)
+      if step is None:
+        visible = (f"Do not call {call.name} yourself, and do not ask for it: the user's last report shows "
+                   f"{FIX_RULES[call.name].words} already fine. Respond to what the user reported instead.")
+      else:
+        visible = ask.format(call.name, "" if step.startswith(call.name + "(") else
+                             ", and do not ask for it before a check shows it is needed", step)
       errors.append((USER_SIDE_DEVICE_ACTION,
                      f"{call.name} is a tool on the user's phone; the agent cannot call it.",
-                     ask.format(call.name, self._device_phrase(call.name, call.arguments, seen)),
-                     ask.format(call.name, self._device_fix(call, pending))))
+                     visible, ask.format(call.name, "", self._device_fix(call, pending))))
 
     for call in agent_calls:
       bad = self._fabricated(call, seen)
@@ -153,10 +176,10 @@ class TelecomRuleValidator:
     if ends and still:
       errors.append((PREMATURE_TERMINATION,
                      f"The reply ends the conversation while {len(still)} step(s) needed to resolve the issue are not done.",
-                     "Do not end the conversation yet: " + self._action_hint(still[0], seen) + ".",
+                     "Do not end the conversation yet: " + self._action_hint(still[0], seen, shown=visible_state) + ".",
                      "Do not end the conversation yet: " + self._action_hint(still[0], seen, reveal=True) + "."))
 
-    errors.extend(self._drift(turn, agent_calls, required, pending, users, seen))
+    errors.extend(self._drift(turn, agent_calls, required, pending, users, seen, visible_state))
     return errors
 
   # --- rules -------------------------------------------------------------------------------
@@ -203,19 +226,20 @@ class TelecomRuleValidator:
                     "Respond to what the user said last instead of repeating yourself."))
       last_run = {u.name: i for i, u in users}
       writes = device_write_tools()
+      asked_write = False  # a check asked after a device write of the same message reads a new state
       for req in device_requests(turn.content):
-        if req.tool not in last_run:
-          continue
-        if req.tool in UNDOING_REPEATS and req.direction is None:
-          out.append((POINTLESS_REPEAT, f"The user already ran {req.tool}; running it again undoes it.",
-                      f"Ask the user to check the current state (e.g. check_network_status) instead of running "
-                      f"{req.tool} again."))
-          break
-        if req.tool not in writes and not state_changed_since(last_run[req.tool], agents, users):
-          out.append((POINTLESS_REPEAT, f"The user already ran {req.tool} and nothing has changed since; its result "
-                                        f"is in the conversation.",
-                      f"Use the {req.tool} result the user reported and move on to the next step."))
-          break
+        if req.tool in last_run:
+          if req.tool in UNDOING_REPEATS and req.direction is None:
+            out.append((POINTLESS_REPEAT, f"The user already ran {req.tool}; running it again undoes it.",
+                        f"Ask the user to check the current state (e.g. check_network_status) instead of running "
+                        f"{req.tool} again."))
+            break
+          if req.tool not in writes and not asked_write and not state_changed_since(last_run[req.tool], agents, users):
+            out.append((POINTLESS_REPEAT, f"The user already ran {req.tool} and nothing has changed since; its result "
+                                          f"is in the conversation.",
+                        f"Use the {req.tool} result the user reported and move on to the next step."))
+            break
+        asked_write = asked_write or req.tool in writes
     return out
 
   @staticmethod
@@ -223,7 +247,7 @@ class TelecomRuleValidator:
     return [(FALSE_CLAIM, d, s) for d, s in claim_problems(content, seen, agents)]
 
   def _drift(self, turn: Any, agent_calls: Sequence[ToolCall], required: Sequence[Required],
-             pending: Sequence[Required], users: Sequence[tuple[int, UserRun]], seen: str
+             pending: Sequence[Required], users: Sequence[tuple[int, UserRun]], seen: str, shown: Visible
              ) -> list[tuple[str, str, str, str]]:
     out = []
     req_agent = [a for a in required if a.side == "agent"]
@@ -234,7 +258,7 @@ class TelecomRuleValidator:
       same_name = [a for a in req_agent if a.name == call.name]
       if not same_name:
         nxt = pending[0] if pending else None
-        hints = [("Keep to the user's issue: " + self._action_hint(nxt, seen, reveal) + ".") if nxt else (
+        hints = [("Keep to the user's issue: " + self._action_hint(nxt, seen, reveal, shown) + ".") if nxt else (
           "Keep to the user's issue and ask the user to check whether it is fixed.") for reveal in (False, True)]
         out.append((GOAL_DRIFT, f"{call.name} changes the account in a way the user's issue does not call for.", *hints))
       elif not any(args_match(call.arguments, a.arguments) for a in same_name):
@@ -256,7 +280,7 @@ class TelecomRuleValidator:
           what = f"turning {req.direction} {req.tool.removeprefix('toggle_')}" if wrong_way else f"running {req.tool}"
           nxt = pending[0] if pending else None
           out.append((GOAL_DRIFT, f"Asking the user for {what} works against fixing the issue.",
-                      *[("Instead, " + self._action_hint(nxt, seen, reveal) + ".") if nxt else
+                      *[("Instead, " + self._action_hint(nxt, seen, reveal, shown) + ".") if nxt else
                         "Ask the user to check whether the issue is fixed instead." for reveal in (False, True)]))
           break
     return out
@@ -306,9 +330,32 @@ class TelecomRuleValidator:
     text = f"{action.name}({args})"
     return text + (f" (find {', '.join(hidden)} from the conversation or a lookup)" if hidden else "")
 
-  def _action_hint(self, action: Required, seen: str, reveal: bool = False) -> str:
+  def _visible_step(self, name: str, arguments: dict[str, Any], seen: str, shown: Shown,
+                    agents: Sequence[AgentRun], users: Sequence[tuple[int, UserRun]]) -> str | None:
+    """The device step a visible hint may ask for: ``name(...)`` when it needs no diagnostic or the
+    visible conversation shows the fault it fixes; else the check that shows that setting
+    (``FixRule.diagnostic``); None when the last report already showed the setting fine and
+    nothing has changed since (asking for that check again would be a pointless repeat)."""
+    if judge_fix(name, arguments, None, shown) is None:
+      return self._device_phrase(name, arguments, seen)
+    rule = FIX_RULES[name]
+    last = shown.get(rule.setting_key(arguments))
+    if last is not None and not state_changed_since(last.message - 1, agents, users):
+      return None
+    return self._device_phrase(rule.diagnostic, {k: arguments[k] for k in rule.diagnostic_args if k in arguments}, seen)
+
+  def _action_hint(self, action: Required, seen: str, reveal: bool = False,
+                   shown: Visible | None = None) -> str:
+    """The next required action as a hint; for a user-side fix without ``reveal`` (and with ``shown``:
+    the visible readings, agent and user runs), diagnostic-first (``_visible_step``)."""
     if action.side == "user":
-      return f"ask the user to run {self._device_phrase(action.name, action.arguments, seen, reveal)} on their phone"
+      if reveal or shown is None:
+        return f"ask the user to run {self._device_phrase(action.name, action.arguments, seen, reveal)} on their phone"
+      step = self._visible_step(action.name, action.arguments, seen, *shown)
+      if step is None:
+        return (f"ask the user what else they see on their phone (their last report shows "
+                f"{FIX_RULES[action.name].words} fine)")
+      return f"ask the user to run {step} on their phone"
     if action.name == TRANSFER_TOOL:
       return f"call {TRANSFER_TOOL} with a summary of the issue, then tell the user they are being transferred"
     if reveal:

@@ -12,6 +12,12 @@ On the correction u~_k (its ``<think>`` block too: those tokens are trained on);
     e-mail, the card digits, the street address) in the reply and in every call argument;
   * ``hallucinated_tool_result``: the reply writes a tool response or the user's report
     itself, or claims a lookup or an agent action that did not happen;
+  * ``fix_without_diagnostic``: the reply asks the user for a device fix (by tool name or in plain
+    words, in its content or its reasoning, or as its own device call) that no visible output
+    justifies: no check the user reported has shown the setting it changes in the faulty state,
+    or the last one showed it fine (``telecom_fixes.FIX_RULES``). Which fix a task needs is
+    written in the evidence (its gold ``user_actions``, its initial state); a correction that
+    names it unseen carries the evidence into the trajectory. ``reboot_device`` needs no check;
   * ``malformed_reply``: no usable message or tool call (empty, or a malformed call block);
   * ``not_improved``: the reply itself breaks a Validator hard rule (checked only when the
     reply is otherwise clean).
@@ -44,6 +50,7 @@ from rti_jax.intervention.telecom_evidence import (
   numbers_in,
   phones_in,
 )
+from rti_jax.intervention.telecom_fixes import unjustified_fixes
 from rti_jax.intervention.telecom_validator import TelecomRuleValidator
 
 _LEAK_RE = re.compile(
@@ -116,6 +123,10 @@ class TelecomRuleVerifier:
     if fabricated:
       reasons.append("hallucinated_tool_result")
       notes.append(" ".join(fabricated))
+    unjustified = unjustified_fixes(ctx, text)
+    if unjustified:
+      reasons.append("fix_without_diagnostic")
+      notes.append("The reply " + "; it ".join(u.why for u in unjustified) + ".")
     if self.check_rules and not reasons:
       still = self._validator.judge(dataclasses.replace(ctx, draft=text))
       if not still.is_valid:
@@ -123,7 +134,8 @@ class TelecomRuleVerifier:
         notes.append(f"the reply still breaks a hard rule ({', '.join(still.error_types)}).")
     if reasons:
       return VerifierJudgement(ok=False, reasons=tuple(reasons), diagnosis=" ".join(notes))
-    return VerifierJudgement(ok=True, diagnosis="Derivable from the visible conversation; no leak, no fabricated result.")
+    return VerifierJudgement(ok=True, diagnosis="Derivable from the visible conversation; no leak, no fabricated result, "
+                                                "no fix the conversation has not shown a need for.")
 
   def leaked_values(self, ctx: StepContext, text: str) -> list[str]:
     """Values in ``text`` (reasoning, content and call arguments) that no user or tool
