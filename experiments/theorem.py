@@ -62,11 +62,12 @@ class TheoremConfig:
   method_alphas: tuple[float, ...] = (0.1, 0.3)
   method_epochs: tuple[int, ...] = (1, 4)
   method_seeds: int = 64
+  method_adv_stds: tuple[str, ...] = ("population", "none")
 
 
 QUICK = TheoremConfig(iters=(100, 1000, 10000), lams=(0.0, 0.1), surcharge_lams=(0.0, 0.2),
                       surcharge_eps_cals=(0.1, 0.3), surcharge_iters=300, n_seeds=16, slope_from=100,
-                      method_iters=300, method_alphas=(0.3,), method_seeds=16)
+                      method_iters=300, method_alphas=(0.3,), method_seeds=16, method_adv_stds=("population",))
 
 
 def run(config: TheoremConfig, out_dir: str | pathlib.Path) -> dict[str, Any]:
@@ -190,16 +191,16 @@ def run_method(config: TheoremConfig, out: pathlib.Path) -> dict[str, Any]:
   """The check under the method's update: prints its tables and notes, writes theorem_method.png."""
   problem = TM.HARD_BANDIT
   runs = []
-  for alpha in config.method_alphas:
-    for epochs in config.method_epochs:
-      for intervene in (True, False):
-        cfg = TM.MethodConfig(alpha=alpha, epochs=epochs, group_size=config.group_size, eps_clip=config.eps_clip,
-                              eps_cal=config.eps_cal, eta=config.eta, intervene=intervene)
-        per_iter = TM.simulate_method(problem, cfg, config.method_iters, n_seeds=config.method_seeds,
-                                      seed=config.seed)
-        summary = TM.summarise_method(per_iter, problem, cfg)
-        summary["curves"] = {k: per_iter[k].tolist() for k in ("triggered", "value", "grad_sq", "clip")}
-        runs.append(summary)
+  grid = [(std, alpha, epochs, intervene) for std in config.method_adv_stds for alpha in config.method_alphas
+          for epochs in config.method_epochs for intervene in (True, False)]
+  for std, alpha, epochs, intervene in grid:
+    cfg = TM.MethodConfig(alpha=alpha, epochs=epochs, group_size=config.group_size, eps_clip=config.eps_clip,
+                          eps_cal=config.eps_cal, eta=config.eta, intervene=intervene, adv_std=std)
+    per_iter = TM.simulate_method(problem, cfg, config.method_iters, n_seeds=config.method_seeds, seed=config.seed)
+    summary = TM.summarise_method(per_iter, problem, cfg)
+    summary["adv_std"] = std
+    summary["curves"] = {k: per_iter[k].tolist() for k in ("triggered", "value", "grad_sq", "clip")}
+    runs.append(summary)
   first = runs[0]
   z = np.exp(np.asarray(problem.theta0) - max(problem.theta0))
   fail0 = float((1.0 - (z / z.sum()) @ np.asarray(problem.success_prob)) ** config.group_size)
@@ -209,21 +210,22 @@ def run_method(config: TheoremConfig, out: pathlib.Path) -> dict[str, Any]:
         f"(1 - pi_0 . p)^G = {fail0:.3f}")
 
   def tag(r: dict[str, Any]) -> list[Any]:
-    return [f"{r['alpha']:g}", r["epochs"], "on" if r["intervene"] else "off"]
+    return [r["adv_std"], f"{r['alpha']:g}", r["epochs"], "on" if r["intervene"] else "off"]
 
   reporting.print_table(
       "method's update: trigger rate (first / last 5% of iterations, whole run, exact (1-pi.p)^G), realised lam, "
       "clip fraction (ratio outside 1+-eps_clip / clip binding), min_k E||grad J||^2, final J",
-      ["alpha", "E", "RTI", "trig start", "trig end", "trig run", "exact", "lam", "clip %", "bind %",
-       "min E|gJ|^2", "final J"],
+      ["adv std", "alpha", "E", "RTI", "trig start", "trig end", "trig run", "exact", "lam", "clip %", "bind %",
+       "min E|gJ|^2", "final E|gJ|^2", "final J"],
       [tag(r) + [f"{r['trigger_start']:.3f}", f"{r['trigger_end']:.3f}", f"{r['trigger_rate']:.3f}",
                  f"{r['exact_trigger_rate']:.3f}", f"{r['lam']:.4f}", f"{100 * r['clip_frac']:.2f}",
-                 f"{100 * r['bind_frac']:.2f}", f"{r['min_grad_sq']:.2e}", f"{r['final_value']:.4f}"] for r in runs])
+                 f"{100 * r['bind_frac']:.2f}", f"{r['min_grad_sq']:.2e}", f"{r['final_grad_sq']:.2e}",
+                 f"{r['final_value']:.4f}"] for r in runs])
   reporting.print_table(
       "method's update: measured constants and the bound (align: sum-form / smallest block of K/10; "
       "D_cal^2 = sum_k E||dtheta_cal||^2 = sum_k E||c_k||^2 / lam^2; nominal 4 eta^2 eps_cal^2 sigma^2; "
       "sigma from (14); Eq. 20 at this alpha; Eq. 10 at alpha*)",
-      ["alpha", "E", "RTI", "align", "align blk", "sum|c|^2", "D_cal^2", "nominal", "sigma", "L/2 lam D^2",
+      ["adv std", "alpha", "E", "RTI", "align", "align blk", "sum|c|^2", "D_cal^2", "nominal", "sigma", "L/2 lam D^2",
        "Eq.20", "Eq.10", "alpha*", "min<=Eq.20", "(8)/(13)"],
       [tag(r) + [f"{r['align_sum']:.3f}", f"{r['align_window_min']:.3f}", f"{r['cal_sq_sum']:.3g}",
                  f"{r['dcal_sq']:.3g}", f"{r['dcal_sq_nominal']:.3g}", f"{r['sigma']:.3f}", f"{r['surcharge']:.3g}",
@@ -232,17 +234,19 @@ def run_method(config: TheoremConfig, out: pathlib.Path) -> dict[str, Any]:
                  "".join("y" if r[f] else "n" for f in ("holds_8", "holds_13"))] for r in runs])
   effect = []
   for on, off in zip(runs[0::2], runs[1::2]):
-    effect.append(dict(alpha=on["alpha"], epochs=on["epochs"], lam=on["lam"], final_on=on["final_value"],
-                       final_off=off["final_value"], min_on=on["min_grad_sq"], min_off=off["min_grad_sq"],
+    effect.append(dict(adv_std=on["adv_std"], alpha=on["alpha"], epochs=on["epochs"], lam=on["lam"],
+                       final_on=on["final_value"], final_off=off["final_value"], min_on=on["min_grad_sq"],
+                       min_off=off["min_grad_sq"],
                        eq20_on=on["bound_eq20"], eq20_off=off["bound_eq20"]))
   reporting.print_table(
       "effect of lam (intervention on vs off, same seeds, alpha, E)",
-      ["alpha", "E", "lam", "final J on", "final J off", "min E|gJ|^2 on", "off", "Eq.20 on", "off"],
-      [[f"{e['alpha']:g}", e["epochs"], f"{e['lam']:.4f}", f"{e['final_on']:.4f}", f"{e['final_off']:.4f}",
-        f"{e['min_on']:.2e}", f"{e['min_off']:.2e}", f"{e['eq20_on']:.3g}", f"{e['eq20_off']:.3g}"] for e in effect])
+      ["adv std", "alpha", "E", "lam", "final J on", "final J off", "min E|gJ|^2 on", "off", "Eq.20 on", "off"],
+      [[e["adv_std"], f"{e['alpha']:g}", e["epochs"], f"{e['lam']:.4f}", f"{e['final_on']:.4f}",
+        f"{e['final_off']:.4f}", f"{e['min_on']:.2e}", f"{e['min_off']:.2e}", f"{e['eq20_on']:.3g}",
+        f"{e['eq20_off']:.3g}"] for e in effect])
   print("Where Theorem 1's assumptions do not hold under this update:")
   for r in runs:
-    print(f"  alpha={r['alpha']:g} E={r['epochs']} RTI {'on' if r['intervene'] else 'off'}:")
+    print(f"  adv_std={r['adv_std']} alpha={r['alpha']:g} E={r['epochs']} RTI {'on' if r['intervene'] else 'off'}:")
     for note in r["notes"]:
       print(f"    - {note}")
   _method_plot(out, runs)
@@ -256,11 +260,11 @@ def _method_plot(out: pathlib.Path, runs: list[dict[str, Any]]) -> None:
   import matplotlib.pyplot as plt
 
   fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-  combos = sorted({(r["alpha"], r["epochs"]) for r in runs})
+  combos = sorted({(r["adv_std"], r["alpha"], r["epochs"]) for r in runs})
   for r in runs:
-    color = f"C{combos.index((r['alpha'], r['epochs']))}"
+    color = f"C{combos.index((r['adv_std'], r['alpha'], r['epochs'])) % 10}"
     style = "-" if r["intervene"] else "--"
-    label = f"alpha={r['alpha']:g} E={r['epochs']} RTI {'on' if r['intervene'] else 'off'}"
+    label = f"{r['adv_std']} alpha={r['alpha']:g} E={r['epochs']} RTI {'on' if r['intervene'] else 'off'}"
     trig = np.asarray(r["curves"]["triggered"])
     width = max(1, trig.size // 40)
     smooth = np.convolve(trig, np.ones(width) / width, mode="valid")
@@ -275,7 +279,7 @@ def _method_plot(out: pathlib.Path, runs: list[dict[str, Any]]) -> None:
   for ax in axes:
     ax.set_xlabel("iteration k")
     ax.grid(alpha=0.3)
-  axes[1].legend(fontsize=7)
+  axes[1].legend(fontsize=6, ncol=2)
   fig.suptitle("Theorem 1 under the method's update (solid: intervention on, dashed: off)")
   fig.tight_layout()
   fig.savefig(out / "theorem_method.png", dpi=120)

@@ -192,7 +192,7 @@ def test_experiment_run_writes_json_and_pngs(tmp_path):
   from experiments import theorem as exp
   cfg = exp.TheoremConfig(iters=(100, 1000), lams=(0.0, 0.1), surcharge_lams=(0.0, 0.2), surcharge_eps_cals=(0.1,),
                           surcharge_iters=100, n_seeds=SEEDS, slope_from=100, method_iters=200,
-                          method_alphas=(0.3,), method_epochs=(1, 4), method_seeds=8)
+                          method_alphas=(0.3,), method_epochs=(1, 4), method_seeds=8, method_adv_stds=("population",))
   res = exp.run(cfg, tmp_path)
   saved = json.loads((tmp_path / "results.json").read_text())
   assert set(saved["sweeps"]) == {"0", "0.1"}

@@ -359,6 +359,11 @@ def assumption_notes(s: dict[str, Any], cfg: MethodConfig) -> list[str]:
                  f"surcharge L/2 lam D_cal^2 = L/2 sum||c||^2 / lam = {s['surcharge']:.3g} "
                  + (f"({s['surcharge'] / s['gap']:.1f}x the gap J* - J(theta0))." if s["gap"] > 0 else "."))
   notes.append("(14) holds by construction: sigma is the smallest value for which it holds on this run.")
+  if s["final_grad_sq"] > 3.0 * s["min_grad_sq"]:
+    notes.append(f"the iterates come closest to stationarity at k = {s['argmin_k']} (E||grad J||^2 = "
+                 f"{s['min_grad_sq']:.2e}) and end at {s['final_grad_sq']:.2e} (J = {s['final_value']:.4f}, "
+                 f"J* = {s['j_star']:.4f}): the update's fixed point is not J's stationary point (Eq. 1's "
+                 f"{cfg.adv_std!r} normalisation rescales the reward term against the penalty mu theta).")
   if not s["under_eq20"]:
     notes.append("the measured minimum exceeds Eq. 20 with measured constants (align_sum <= 0: no bound).")
   if s["alpha_star"] == s["alpha_star"] and abs(s["alpha"] / s["alpha_star"] - 1) > 0.05:
