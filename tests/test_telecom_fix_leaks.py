@@ -168,6 +168,12 @@ def _written(hint: str) -> str:
   return ask(m.group(1))
 
 
+def test_the_rule_can_be_switched_off():
+  env = env_after(REFUEL_TASK, [ASK_PHONE])
+  assert VERIFIER.judge(ctx_of(env), "Please turn on your mobile data.").reasons == ("fix_without_diagnostic",)
+  assert TelecomRuleVerifier(check_fixes=False).judge(ctx_of(env), "Please turn on your mobile data.").ok
+
+
 def test_a_toggle_asked_the_other_way_is_not_this_rule():
   env = env_after(REFUEL_TASK, [ASK_PHONE])
   v = VERIFIER.judge(ctx_of(env), "Please turn on airplane mode.")

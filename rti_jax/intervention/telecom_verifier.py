@@ -88,11 +88,14 @@ class TelecomRuleVerifier:
     contains are vocabulary, never a leaked name.
   check_rules: also reject a correction that itself breaks a Validator hard rule
     (``not_improved``: not consistent with the gold requirement, Sec. 4.1 (i)).
+  check_fixes: reject a device fix that no visible output has shown a need for
+    (``fix_without_diagnostic``); False gives the Verifier without that rule.
   """
 
-  def __init__(self, policy: str | None = None, check_rules: bool = True) -> None:
+  def __init__(self, policy: str | None = None, check_rules: bool = True, check_fixes: bool = True) -> None:
     self.policy = default_policy_text() if policy is None else policy
     self.check_rules = check_rules
+    self.check_fixes = check_fixes
     self._validator = TelecomRuleValidator(self.policy)
     self._policy_words = frozenset(re.findall(r"[a-z]+", self.policy.lower()))
     self._policy_figures = frozenset(figures_in(self.policy))
@@ -123,7 +126,7 @@ class TelecomRuleVerifier:
     if fabricated:
       reasons.append("hallucinated_tool_result")
       notes.append(" ".join(fabricated))
-    unjustified = unjustified_fixes(ctx, text)
+    unjustified = unjustified_fixes(ctx, text) if self.check_fixes else []
     if unjustified:
       reasons.append("fix_without_diagnostic")
       notes.append("The reply " + "; it ".join(u.why for u in unjustified) + ".")
