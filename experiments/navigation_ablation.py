@@ -76,6 +76,33 @@ def table3_rows(results: dict[str, Any], part: str = "all") -> tuple[list[str], 
   return cols, rows
 
 
+#: (column, record key) of the intervention counters, summed over a training's iterations.
+COUNTERS = (("groups triggered", "rti/groups_triggered"), ("corrections", "rti/corrections_generated"),
+            ("Verifier rejected", "rti/verifier_rejected"), ("PPL rejected", "rti/ppl_rejected"),
+            ("applied", "rti/corrections_applied"), ("groups replaced", "rti/groups_replaced"))
+CLIPS = (("clip frac intervened", "clip_frac_intervened"), ("clip frac on-policy", "clip_frac_on_policy"))
+
+
+def counter_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+  """Per trained variant, mean over seeds: the intervention counters summed over the iterations,
+  the Verifier's rejections per reason, and the mean clip fractions on intervened and on-policy tokens."""
+  trained = [m for m in results["methods"] if m != "base"]
+  recs = {m: [r.get(f"{m}_records") or [] for r in results["runs"].values()] for m in trained}
+  reasons = sorted({k for m in trained for rs in recs[m] for rec in rs for k in rec
+                    if k.startswith("rti/verifier_rejected/")})
+  cols = ["method", *[c for c, _ in COUNTERS], *[k.rsplit("/", 1)[1] for k in reasons], *[c for c, _ in CLIPS]]
+  rows = []
+  for m in trained:
+    sums = [float(np.mean([sum(rec.get(key, 0) for rec in rs) for rs in recs[m]])) for _, key in COUNTERS]
+    why = [float(np.mean([sum(rec.get(key, 0) for rec in rs) for rs in recs[m]])) for key in reasons]
+    clips = []
+    for _, key in CLIPS:
+      xs = [rec[key] for rs in recs[m] for rec in rs if isinstance(rec.get(key), (int, float)) and np.isfinite(rec[key])]
+      clips.append(float(np.mean(xs)) if xs else float("nan"))
+    rows.append([NAMES.get(m, m), *sums, *why, *clips])
+  return cols, rows
+
+
 def plot_ablation(cols: Sequence[str], rows: Sequence[Sequence[Any]], out: pathlib.Path) -> str:
   """``ablation.png``: pass@k (left) and pass^k (right) against k, one line per method."""
   import matplotlib
@@ -121,6 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     tables.append(reporting.print_table("... on the tasks that need disambiguation (%)", dcols, drows))
     results["table_disambiguation"] = {"columns": dcols, "rows": drows}
   results["table"] = {"columns": cols, "rows": rows}
+  ccols, crows = counter_rows(results)
+  tables.append(reporting.print_table("Intervention counters per training (sum over iterations, mean over seeds) "
+                                      "and mean clip fractions", ccols, crows, floatfmt="{:.3g}"))
+  results["counters"] = {"columns": ccols, "rows": crows}
   experiment.write_results(results, out, tables)
   pngs = [plot_ablation(cols, rows, out), *experiment.plot(results, out)]
   print(f"run dir: {out}  (results.json, table.md, {', '.join(pngs)}, seed*/<variant>/metrics.jsonl)")

@@ -26,6 +26,7 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "theorem": ("experiments.theorem", "numerical check of Theorem 1 (Appendix B)"),
     "tabular": ("experiments.tabular", "fast tabular model of the whole method"),
     "telecom": ("experiments.telecom", "GRPO vs RTI on tau2-Telecom"),
+    "telecom_ablation": ("experiments.telecom_ablation", "RTI ablations on tau2-Telecom (Table 3)"),
     "navigation_sft": ("experiments.navigation_sft",
                        "build the tiny Navigation base policy by SFT (configs/sft_navigation.yaml; --chain)"),
     "telecom_sft": ("experiments.telecom_sft", "build the tiny Telecom base policy by SFT (configs/sft_telecom.yaml)"),
