@@ -28,6 +28,7 @@ FAULTS = {"toggle_airplane_mode": ("airplane_mode", True), "toggle_data": ("mobi
 
 def shown_by_state(tool: str, arguments: dict[str, Any], phone: st.PhoneState) -> dict[str, Any]:
   out: dict[str, Any] = {}
+  sim = st.sim_status(phone).split("_")[0]  # active, locked or missing
   tech_up = phone.network_technology_connected != "none"
   if tool in _BAR or (tool == "toggle_wifi" and phone.airplane_mode):  # outputs that end with the status bar
     out["airplane_mode"] = phone.airplane_mode
@@ -38,15 +39,16 @@ def shown_by_state(tool: str, arguments: dict[str, Any], phone: st.PhoneState) -
     if phone.vpn_connected:
       out["vpn_connected"] = True
   if tool == "check_network_status":
-    out.update(airplane_mode=phone.airplane_mode, sim=st.sim_status(phone).split("_")[0], mobile_data=phone.data_enabled,
+    out.update(airplane_mode=phone.airplane_mode, sim=sim, mobile_data=phone.data_enabled,
                data_roaming=phone.roaming_enabled)
-  single = {"toggle_airplane_mode": ("airplane_mode", phone.airplane_mode), "toggle_data": ("mobile_data", phone.data_enabled),
+  single = {"toggle_airplane_mode": ("airplane_mode", phone.airplane_mode),
+            "toggle_data": ("mobile_data", phone.data_enabled),
             "toggle_roaming": ("data_roaming", phone.roaming_enabled),
             "toggle_data_saver_mode": ("data_saver", phone.data_saver_mode),
             "check_data_restriction_status": ("data_saver", phone.data_saver_mode),
             "toggle_wifi_calling": ("wifi_calling", phone.wifi_calling_enabled),
             "check_wifi_calling_status": ("wifi_calling", phone.wifi_calling_enabled),
-            "check_sim_status": ("sim", st.sim_status(phone).split("_")[0]), "reseat_sim_card": ("sim", st.sim_status(phone).split("_")[0]),
+            "check_sim_status": ("sim", sim), "reseat_sim_card": ("sim", sim),
             "check_vpn_status": ("vpn_connected", phone.vpn_connected),
             "disconnect_vpn": ("vpn_connected", phone.vpn_connected),
             "connect_vpn": ("vpn_connected", phone.vpn_connected),
