@@ -235,3 +235,19 @@ def test_bad_arguments_raise_named_errors():
     M.simulate_method(PROB, M.MethodConfig(), 0)
   with pytest.raises(ValueError, match="n_seeds"):
     M.simulate_method(PROB, M.MethodConfig(), 10, n_seeds=0)
+
+
+@pytest.mark.slow
+def test_normalised_advantages_settle_away_from_the_maximiser_of_j():
+  # With a penalty, Eq. 1's division by the group's std rescales the reward term against mu theta, so the
+  # update's fixed point is not J's maximiser; with std="none" it nearly is (reference: T.optimum).
+  j_star, _ = T.optimum(PROB.success_prob, PROB.mu)
+  final = {}
+  for std in ("population", "none"):
+    cfg = M.MethodConfig(alpha=0.1, adv_std=std)
+    s = M.summarise_method(M.simulate_method(PROB, cfg, 1500, n_seeds=16, seed=1), PROB, cfg)
+    final[std] = s
+  assert final["population"]["final_value"] < j_star - 0.005
+  assert final["none"]["final_value"] > j_star - 0.002
+  assert final["population"]["final_grad_sq"] > 10 * final["none"]["final_grad_sq"]
+  assert any("fixed point" in n for n in final["population"]["notes"])
