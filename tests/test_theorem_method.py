@@ -211,8 +211,11 @@ def test_intervention_lifts_the_policy_past_its_capability_on_the_hard_bandit(ha
   assert 0.002 < on["lam"] < 0.05 and off["lam"] == 0.0
   assert on["final_value"] > off["final_value"] + 0.3
   assert on["final_value"] > on["j_star"] - 0.05
-  # The measured trigger rate tracks the exact all-fail probability of the visited policies.
-  assert on["trigger_rate"] == pytest.approx(on["exact_trigger_rate"], abs=0.02)
+  # The measured trigger rate tracks the exact all-fail probability of the visited policies: given theta_k
+  # each group's trigger is Bernoulli(p_k), so the deviation is a martingale with variance <= sum p / (K S)^2.
+  for s in (on, off):
+    se = math.sqrt(s["exact_trigger_rate"] / (s["num_iters"] * 16))
+    assert abs(s["trigger_rate"] - s["exact_trigger_rate"]) < 4 * se, (s["trigger_rate"], s["exact_trigger_rate"])
 
 
 def test_summary_bounds_hold_and_failed_assumptions_are_reported(hard_runs):
