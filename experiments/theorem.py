@@ -259,7 +259,7 @@ def _method_plot(out: pathlib.Path, runs: list[dict[str, Any]]) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+  fig, axes = plt.subplots(1, 3, figsize=(15, 5.6))
   combos = sorted({(r["adv_std"], r["alpha"], r["epochs"]) for r in runs})
   for r in runs:
     color = f"C{combos.index((r['adv_std'], r['alpha'], r['epochs'])) % 10}"
@@ -279,9 +279,10 @@ def _method_plot(out: pathlib.Path, runs: list[dict[str, Any]]) -> None:
   for ax in axes:
     ax.set_xlabel("iteration k")
     ax.grid(alpha=0.3)
-  axes[1].legend(fontsize=6, ncol=2)
+  handles, labels = axes[1].get_legend_handles_labels()
+  fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7)
   fig.suptitle("Theorem 1 under the method's update (solid: intervention on, dashed: off)")
-  fig.tight_layout()
+  fig.tight_layout(rect=(0.0, 0.02 + 0.028 * ((len(labels) + 3) // 4), 1.0, 1.0))
   fig.savefig(out / "theorem_method.png", dpi=120)
   plt.close(fig)
 
