@@ -49,6 +49,7 @@ from rti_jax.intervention.telecom_fixes import FIX_RULES, unjustified_fixes
 from rti_jax.policy.tokenizer import byte_tokenizer
 from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
 from telecom_state_reference import FaultTracker
+from telecom_fixtures import ctx_of, env_after
 from intervention_doubles import (
   CORRECTOR_MARKER,
   FEEDBACK_MARKER,
@@ -96,21 +97,6 @@ D2_CLEAN = (
   "Let's proceed with enabling mobile data. Since toggle_data() is a function you need to run on your device, please "
   "execute toggle_data() now to turn mobile data ON. After that, run check_network_status() to see if your phone "
   "connects to a better network (3G/4G). Let me know the results so we can determine the next steps.")
-
-
-def ctx_of(env: TelecomEnv, draft: str) -> StepContext:
-  """The roles' view of ``env``'s current step (as ``pipeline.step_context`` builds it)."""
-  msgs = env.transcript.messages
-  return StepContext(msgs[1]["content"], tuple(m for m in msgs if m["role"] != "system"), draft,
-                     tuple(env.tool_schemas()), env.reward_evidence(), "telecom")
-
-
-def env_after(task_id: str, turns: list[str]) -> TelecomEnv:
-  env = TelecomEnv()
-  env.reset(get_task(task_id))
-  for t in turns:
-    assert not env.step(t).done
-  return env
 
 
 def judge(env: TelecomEnv, draft: str):

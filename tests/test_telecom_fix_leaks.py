@@ -13,13 +13,14 @@ import re
 
 import pytest
 
-from rti_jax.envs.telecom import DescribedGoldAgent, GoldAgent, TelecomEnv, get_task, load_split
+from rti_jax.envs.telecom import DescribedGoldAgent, GoldAgent, TelecomEnv, load_split
 from rti_jax.envs.telecom import device_tools as dt
 from rti_jax.envs.telecom.scripted_agents import tool_call_text
 from rti_jax.intervention import StepContext, TelecomRuleValidator, TelecomRuleVerifier
 from rti_jax.intervention.telecom_evidence import device_requests
 from rti_jax.intervention.telecom_fixes import FIX_DIRECTION, FIX_RULES, readings_in, unjustified_fixes
 from telecom_state_reference import FAULTS, FaultTracker, shown_by_state
+from telecom_fixtures import ctx_of, env_after
 
 VALIDATOR = TelecomRuleValidator()
 VERIFIER = TelecomRuleVerifier()
@@ -62,20 +63,6 @@ CASES = {
                      "[mobile_data_issue]bad_vpn|data_saver_mode_on|user_abroad_roaming_disabled_on[PERSONA:None]",
                      REFUEL_TASK),
 }
-
-
-def ctx_of(env: TelecomEnv, draft: str = "") -> StepContext:
-  msgs = env.transcript.messages
-  return StepContext(msgs[1]["content"], tuple(m for m in msgs if m["role"] != "system"), draft,
-                     tuple(env.tool_schemas()), env.reward_evidence(), "telecom")
-
-
-def env_after(task_id: str, turns: list[str]) -> TelecomEnv:
-  env = TelecomEnv()
-  env.reset(get_task(task_id))
-  for t in turns:
-    assert not env.step(t).done
-  return env
 
 
 def test_the_table_covers_every_gold_device_fix_and_names_real_checks():
