@@ -115,6 +115,9 @@ class InterventionConfig:
   eps_cal: float = _LOSS.eps_cal  # Eq. 6
   intervener_url: Optional[str] = None  # None = self-intervention by the policy
   max_attempts: int = _INTERVENTION.num_intervened_rollouts  # intervened rollouts tried per all-fail group
+  # Telecom's rule Verifier rejects a device fix asked before any visible check showed its fault
+  # (fix_without_diagnostic, docs/telecom.md); false: that rule off.
+  fix_rule: bool = True
   # Corrector samples tried per flagged step (redrawn when a check rejects one)
   correction_attempts: int = _INTERVENTION.correction_attempts
 
@@ -311,6 +314,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     raise ConfigError(f"env.hidden_city_share: expected in [0, 1], got {cfg.env.hidden_city_share}")
   if cfg.env.hidden_city_share > 0 and cfg.env.name != "navigation":
     raise ConfigError(f"env.hidden_city_share: a Navigation option, got it with env.name={cfg.env.name!r}")
+  if not cfg.intervention.fix_rule and cfg.env.name != "telecom":
+    raise ConfigError(f"intervention.fix_rule: a Telecom option, got false with env.name={cfg.env.name!r}")
   if cfg.env.policy_text != "full" and cfg.env.name != "telecom":
     raise ConfigError(f"env.policy_text: a Telecom option, got {cfg.env.policy_text!r} with env.name={cfg.env.name!r}")
   if cfg.rollout.prefix_cache_mb < 0:

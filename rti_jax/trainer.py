@@ -193,7 +193,8 @@ class Trainer:
     # builds and scores log pi_cal under (Eq. 5); see pipeline.intervened_step.
     corrector = judges.PolicyCorrector(judge_backend, self.sampling, self.formatter.end_of_turn_id)
     llm = judges.JudgeLLM(judge_backend, self.formatter) if "llm" in (icfg.validator, icfg.verifier) else None
-    rules = pipeline.rule_roles(self.source.domain) if "rules" in (icfg.validator, icfg.verifier) else (None, None)
+    rules = (pipeline.rule_roles(self.source.domain, fix_rule=icfg.fix_rule) if "rules" in (icfg.validator, icfg.verifier)
+             else (None, None))
     validator: Any = judges.LLMValidator(llm) if icfg.validator == "llm" else rules[0]
     verifier: Any = {"off": None, "llm": judges.LLMVerifier(llm) if llm else None, "rules": rules[1]}[icfg.verifier]
     return pipeline.InterventionRoles(validator=validator, corrector=corrector, verifier=verifier)

@@ -148,8 +148,10 @@ def make_roles(
   return InterventionRoles(LLMValidator(llm), corr, LLMVerifier(llm))
 
 
-def rule_roles(domain: str) -> tuple[Validator, Verifier]:
-  """The rule-based (Validator, Verifier) of a domain: the defaults for a policy too small to judge."""
+def rule_roles(domain: str, *, fix_rule: bool = True) -> tuple[Validator, Verifier]:
+  """The rule-based (Validator, Verifier) of a domain: the defaults for a policy too small to judge.
+  fix_rule: Telecom's Verifier rejects a device fix no visible check has shown a need for
+  (``fix_without_diagnostic``, docs/telecom.md); False turns that one rule off."""
   if domain == "navigation":
     from rti_jax.intervention.rules_navigation import NavigationRuleValidator, NavigationRuleVerifier
 
@@ -157,7 +159,7 @@ def rule_roles(domain: str) -> tuple[Validator, Verifier]:
   if domain == "telecom":
     from rti_jax.intervention.rules_telecom import TelecomRuleValidator, TelecomRuleVerifier
 
-    return TelecomRuleValidator(), TelecomRuleVerifier()
+    return TelecomRuleValidator(), TelecomRuleVerifier(check_fixes=fix_rule)
   raise ValueError(f"domain: expected 'navigation' or 'telecom' for rule-based roles, got {domain!r}")
 
 
