@@ -28,11 +28,10 @@ and process 0 writes the files; ``rti_jax/distributed.py`` says how.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import pathlib
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -157,9 +156,9 @@ class Trainer:
     # tx_key: trainers with the same optimizer, model, mesh and loss (the next seed, an ablation variant)
     # share the compiled update programs.
     # With a tokens-per-device budget the state is donated to the step (its buffers become the new
-    # state's), unless something else holds the old parameters across the step: the KL reference, or
-    # the sampling policy of later minibatches.
-    donate = o.tokens_per_device is not None and cfg.loss.beta == 0 and o.minibatches == 1
+    # state's), unless the KL reference holds the old parameters across the step. The rollout
+    # policy's signals of every minibatch are computed before the first step (``update``).
+    donate = o.tokens_per_device is not None and cfg.loss.beta == 0
     self.train_step: ShardedTrainStep = make_train_step(
         model, self.tx, self.mesh, self.loss_config,
         tx_key=("clip_by_global_norm+adamw", o.max_grad_norm, o.lr, o.b1, o.b2, o.weight_decay),
