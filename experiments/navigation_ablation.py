@@ -127,22 +127,11 @@ def plot_ablation(cols: Sequence[str], rows: Sequence[Sequence[Any]], out: pathl
   return "ablation.png"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-  args, unknown = parse_args(argv)
-  prepared = experiment.prepare_run(args, unknown, QUICK, "-ablation")
-  if prepared is None:
-    return 2
-  overrides, out = prepared
-  variants = {v: VARIANTS[v] for v in args.variants}
-  corrector = load_config(args.config, overrides).intervention.corrector
-  results = experiment.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
-                        reuse=args.reuse)
-  results["corrector"] = corrector
+def report(results: dict[str, Any], out: pathlib.Path, title: str) -> None:
+  """Prints and writes an ablation's tables (Table 3's layout, the disambiguation tasks' when the
+  evaluations have them, the counters), ``results.json``, ``ablation.png`` and the training plots."""
   cols, rows = table3_rows(results)
-  title = (f"Navigation ablation, held-out test split ({len(args.seeds)} seed(s), %; Table 3 layout; "
-           f"{corrector} Corrector)")
-  table = reporting.print_table(title, cols, rows)
-  tables = [table]
+  tables = [reporting.print_table(title, cols, rows)]
   if any("disambiguation" in r[results["methods"][-1]] for r in results["runs"].values()):
     dcols, drows = table3_rows(results, "disambiguation")
     tables.append(reporting.print_table("... on the tasks that need disambiguation (%)", dcols, drows))
@@ -156,6 +145,21 @@ def main(argv: Sequence[str] | None = None) -> int:
   pngs = [plot_ablation(cols, rows, out), *experiment.plot(results, out)]
   print(f"run dir: {out}  (results.json, table.md, {', '.join(pngs)}, seed*/<variant>/metrics.jsonl)")
   print(f"wall time: {results['wall_s'] / 60:.1f} min")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  args, unknown = parse_args(argv)
+  prepared = experiment.prepare_run(args, unknown, QUICK, "-ablation")
+  if prepared is None:
+    return 2
+  overrides, out = prepared
+  variants = {v: VARIANTS[v] for v in args.variants}
+  corrector = load_config(args.config, overrides).intervention.corrector
+  results = experiment.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
+                        reuse=args.reuse)
+  results["corrector"] = corrector
+  report(results, out, f"Navigation ablation, held-out test split ({len(args.seeds)} seed(s), %; Table 3 layout; "
+                       f"{corrector} Corrector)")
   return 0
 
 

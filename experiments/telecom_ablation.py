@@ -21,7 +21,7 @@ from typing import Sequence
 
 from experiments import navigation_ablation as nav_ab
 from experiments import telecom as tel_exp
-from rti_jax import experiment, reporting
+from rti_jax import experiment
 from rti_jax.config import load_config
 from rti_jax.intervention.prompting import CORRECTORS
 
@@ -62,20 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   results = experiment.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
                            source=lambda c: tel_exp.make_source(c, test_tasks), reuse=args.reuse)
   results["corrector"] = cfg.intervention.corrector
-  cols, rows = nav_ab.table3_rows(results)
   n_test = next(iter(results["runs"].values()))["base"]["num_tasks"]
-  tables = [reporting.print_table(
-      f"Telecom ablation, test split ({n_test} tasks, {len(args.seeds)} seed(s), %; Table 3 layout; "
-      f"{cfg.intervention.corrector} Corrector)", cols, rows)]
-  ccols, crows = nav_ab.counter_rows(results)
-  tables.append(reporting.print_table("Intervention counters per training (sum over iterations, mean over seeds) "
-                                      "and mean clip fractions", ccols, crows, floatfmt="{:.3g}"))
-  results["table"] = {"columns": cols, "rows": rows}
-  results["counters"] = {"columns": ccols, "rows": crows}
-  experiment.write_results(results, out, tables)
-  pngs = [nav_ab.plot_ablation(cols, rows, out), *experiment.plot(results, out)]
-  print(f"run dir: {out}  (results.json, table.md, {', '.join(pngs)}, seed*/<variant>/metrics.jsonl)")
-  print(f"wall time: {results['wall_s'] / 60:.1f} min")
+  nav_ab.report(results, out, f"Telecom ablation, test split ({n_test} tasks, {len(args.seeds)} seed(s), %; "
+                              f"Table 3 layout; {cfg.intervention.corrector} Corrector)")
   return 0
 
 
