@@ -49,7 +49,7 @@ from rti_jax.intervention.telecom_fixes import FIX_RULES, unjustified_fixes
 from rti_jax.policy.tokenizer import byte_tokenizer
 from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
 from telecom_state_reference import FaultTracker
-from telecom_fixtures import ctx_of, env_after
+from telecom_fixtures import ctx_of, env_after, replay_steps
 from intervention_doubles import (
   CORRECTOR_MARKER,
   FEEDBACK_MARKER,
@@ -437,31 +437,20 @@ def test_verifier_on_gold_steps_rejects_only_unlooked_up_prices_and_unseen_fixes
   message has shown (``leaked_value``) and the fix requests that no earlier output backs
   (``fix_without_diagnostic``, counted independently by the state-based ``FaultTracker``), nothing else."""
   rejected = prices = fixes = steps = 0
-  for task in load_split("base"):
-    env = TelecomEnv()
-    env.reset(task)
-    agent = GoldAgent(task)
-    tracker = FaultTracker()
-    while True:
-      draft = agent.act(env.transcript.messages)
-      ctx = ctx_of(env, "")
-      v = VERIFIER.judge(ctx, draft)
-      price = re.search(r"for \$([\d.]+)\.", draft)
-      seen = " ".join(m["content"] for m in ctx.history if m["role"] != "assistant") + ctx.user_query
-      unshown = bool(price) and float(price.group(1)) not in {float(x) for x in re.findall(r"\d+(?:\.\d+)?", seen)}
-      unbacked = any(not tracker.backed(r.tool, r.arguments) for r in device_requests(draft) if r.tool in FIX_RULES)
-      prices += unshown
-      fixes += unbacked
-      steps += 1
-      if not v.ok:
-        rejected += 1
-        assert v.reasons == (("leaked_value",) if unshown else ("fix_without_diagnostic",)), (draft, v.reasons)
-        assert (f"${price.group(1)}" in v.diagnosis) if unshown else unbacked
-      before = copy.deepcopy(env.state)
-      done = env.step(draft).done
-      tracker.observe(before, env.transcript.info["turns"][-1]["user_calls"])
-      if done:
-        break
+  for env, draft, tracker in replay_steps(GoldAgent, load_split("base")):
+    ctx = ctx_of(env, "")
+    v = VERIFIER.judge(ctx, draft)
+    price = re.search(r"for \$([\d.]+)\.", draft)
+    seen = " ".join(m["content"] for m in ctx.history if m["role"] != "assistant") + ctx.user_query
+    unshown = bool(price) and float(price.group(1)) not in {float(x) for x in re.findall(r"\d+(?:\.\d+)?", seen)}
+    unbacked = any(not tracker.backed(r.tool, r.arguments) for r in device_requests(draft) if r.tool in FIX_RULES)
+    prices += unshown
+    fixes += unbacked
+    steps += 1
+    if not v.ok:
+      rejected += 1
+      assert v.reasons == (("leaked_value",) if unshown else ("fix_without_diagnostic",)), (draft, v.reasons)
+      assert (f"${price.group(1)}" in v.diagnosis) if unshown else unbacked
   assert steps > 114 * 5 and prices > 0 and fixes > 0 and rejected == prices + fixes
   assert (prices, fixes) == (7, 290)
 

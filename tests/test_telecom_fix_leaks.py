@@ -19,8 +19,8 @@ from rti_jax.envs.telecom.scripted_agents import tool_call_text
 from rti_jax.intervention import StepContext, TelecomRuleValidator, TelecomRuleVerifier
 from rti_jax.intervention.telecom_evidence import device_requests
 from rti_jax.intervention.telecom_fixes import FIX_DIRECTION, FIX_RULES, readings_in, unjustified_fixes
-from telecom_state_reference import FAULTS, FaultTracker, shown_by_state
-from telecom_fixtures import ctx_of, env_after
+from telecom_state_reference import FAULTS, shown_by_state
+from telecom_fixtures import ctx_of, env_after, replay_steps
 
 VALIDATOR = TelecomRuleValidator()
 VERIFIER = TelecomRuleVerifier()
@@ -213,25 +213,14 @@ def test_rule_agrees_with_the_state_reference_on_every_gold_step(agent_cls):
   tasks, the Verifier flags a fix exactly when the state-based reference finds no output that showed
   its fault."""
   flagged = expected = fixes = 0
-  for task in load_split("base"):
-    env = TelecomEnv()
-    env.reset(task)
-    agent = agent_cls(task)
-    tracker = FaultTracker()
-    while True:
-      draft = agent.act(env.transcript.messages)
-      asked = [r for r in device_requests(draft) if r.tool in FAULTS]
-      unbacked = any(not tracker.backed(r.tool, r.arguments) for r in asked)
-      got = [u.fix for u in unjustified_fixes(ctx_of(env), draft)]
-      assert bool(got) == unbacked, (task.task_id, draft, got)
-      fixes += len(asked)
-      expected += unbacked
-      flagged += bool(got)
-      before = copy.deepcopy(env.state)
-      done = env.step(draft).done
-      tracker.observe(before, env.transcript.info["turns"][-1]["user_calls"])
-      if done:
-        break
+  for env, draft, tracker in replay_steps(agent_cls, load_split("base")):
+    asked = [r for r in device_requests(draft) if r.tool in FAULTS]
+    unbacked = any(not tracker.backed(r.tool, r.arguments) for r in asked)
+    got = [u.fix for u in unjustified_fixes(ctx_of(env), draft)]
+    assert bool(got) == unbacked, (env.transcript.task_id, draft, got)
+    fixes += len(asked)
+    expected += unbacked
+    flagged += bool(got)
   # most gold fixes come unseen; the rest are shown by an earlier fix's output (a status bar)
   assert flagged == expected == 290 and fixes == 355
 
