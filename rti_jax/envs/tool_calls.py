@@ -60,6 +60,22 @@ def strip_reasoning(text: str) -> str:
   return strip_think(text)
 
 
+def reasoning_of(text: str) -> str:
+  """The reasoning ``strip_reasoning`` removes, its blocks joined by newlines: each ``</think>``
+  closes the block its last ``<think>`` opened (or, with none, the text since the previous close,
+  as when the generation prompt opened the block)."""
+  parts = []
+  pos = 0
+  while True:
+    close = text.find(_THINK_CLOSE, pos)
+    if close < 0:
+      break
+    start = text.rfind(_THINK_OPEN, pos, close)
+    parts.append(text[(start + len(_THINK_OPEN)) if start >= 0 else pos:close])
+    pos = close + len(_THINK_CLOSE)
+  return "\n".join(parts)
+
+
 def json_nesting_exceeds(text: str, limit: int = MAX_JSON_DEPTH, start: int = 0) -> int | None:
   """Where the JSON value at ``text[start:]`` first nests deeper than ``limit``, or None.
 

@@ -221,7 +221,7 @@ def requested_fixes(text: str) -> list[tuple[str, dict[str, Any], str | None]]:
   its reasoning (by tool name or in plain words, as the scripted user reads them) and as its own
   device-tool calls."""
   from rti_jax.envs.telecom import device_tools as dt
-  from rti_jax.envs.tool_calls import parse_assistant_turn
+  from rti_jax.envs.tool_calls import parse_assistant_turn, reasoning_of
   from rti_jax.intervention.telecom_evidence import device_requests
 
   turn = parse_assistant_turn(text)
@@ -229,21 +229,6 @@ def requested_fixes(text: str) -> list[tuple[str, dict[str, Any], str | None]]:
          for r in device_requests(part)]
   out += [(c.name, dict(c.arguments), None) for c in turn.tool_calls if c.name in dt.DEVICE_TOOLS]
   return out
-
-
-def reasoning_of(text: str) -> str:
-  """The ``<think>`` blocks of ``text`` joined (a block the generation prompt opened: the text up to
-  the first ``</think>``)."""
-  parts = []
-  pos = 0
-  while True:
-    close = text.find("</think>", pos)
-    if close < 0:
-      break
-    start = text.rfind("<think>", pos, close)
-    parts.append(text[(start + len("<think>")) if start >= 0 else pos:close])
-    pos = close + len("</think>")
-  return "\n".join(parts)
 
 
 def unjustified_fixes(ctx: StepContext, text: str) -> list[Unjustified]:
