@@ -17,9 +17,11 @@ Both processes also name a run directory (``reporting.make_run_dir``), process 1
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import pathlib
+import signal
 import sys
 import time
 
@@ -50,6 +52,7 @@ def _audit(event: str, args: tuple) -> None:
 
 
 sys.addaudithook(_audit)
+faulthandler.register(signal.SIGUSR1)  # the test sends it before killing a stuck run: where was each thread
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import jax  # noqa: E402

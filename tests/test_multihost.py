@@ -16,9 +16,11 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -178,21 +180,48 @@ def _run_single(policy: str, out: pathlib.Path) -> None:
   assert proc.returncode == 0, proc.stderr[-4000:]
 
 
-def _run_multi(policy: str, out: pathlib.Path) -> None:
-  port = str(_free_port())
-  procs = [subprocess.Popen([sys.executable, str(HERE / "_multihost_check.py"), policy, str(out), "multi", str(i), port],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(), cwd=HERE.parent)
-           for i in range(2)]
-  logs = []
-  try:
-    for p in procs:
-      logs.append(p.communicate(timeout=900)[0])
-  finally:
-    for p in procs:
-      if p.poll() is None:
+def _run_multi(policy: str, out: pathlib.Path, timeout: float = 420.0) -> None:
+  """Both processes are watched together: when one exits with an error the other (left waiting in a
+  collective that can no longer complete) is stopped at once. A job that timed out (the run takes
+  about a minute alone) or whose process died of the in-process rendezvous abort (RENDEZVOUS_ABORT)
+  is started once more. A process still running is sent SIGUSR1 before it is killed, on which it
+  prints every thread's Python stack (faulthandler) into its log, which the failure message shows
+  (SIGTERM is taken by jax.distributed's preemption notice)."""
+  for attempt in range(2):
+    if out.exists():
+      shutil.rmtree(out)
+    port = str(_free_port())
+    logs = [out.parent / f"{out.name}_process_{i}_try{attempt}.log" for i in range(2)]
+    handles = [open(log, "w") for log in logs]
+    procs = [subprocess.Popen([sys.executable, str(HERE / "_multihost_check.py"), policy, str(out), "multi", str(i),
+                               port], stdout=h, stderr=subprocess.STDOUT, text=True, env=_env(), cwd=HERE.parent)
+             for i, h in enumerate(handles)]
+    deadline = time.monotonic() + timeout
+    try:
+      while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        if any(p.poll() not in (None, 0) for p in procs):
+          break  # a process failed: the other cannot finish its collectives
+        time.sleep(0.5)
+    finally:
+      running = [p for p in procs if p.poll() is None]
+      for p in running:
+        p.send_signal(signal.SIGUSR1)
+      time.sleep(2.0 if running else 0.0)
+      for p in running:
         p.kill()
-  for i, (p, log) in enumerate(zip(procs, logs)):
-    assert p.returncode == 0, f"process {i}:\n{log[-4000:]}"
+        p.wait()
+      for h in handles:
+        h.close()
+    texts = [log.read_text(errors="replace") for log in logs]
+    codes = [p.returncode for p in procs]
+    timed_out = time.monotonic() >= deadline
+    if all(c == 0 for c in codes):
+      return
+    if attempt == 0 and (timed_out or any(RENDEZVOUS_ABORT in t for t in texts)):
+      continue
+    break
+  raise AssertionError(("timed out after %.0f s; " % timeout if timed_out else "") + f"exit codes {codes}\n"
+                       + "\n".join(f"--- process {i} (last 4000 characters):\n{t[-4000:]}" for i, t in enumerate(texts)))
 
 
 def _assert_records_close(a: list[dict], b: list[dict]) -> float:
