@@ -172,6 +172,18 @@ def add_policy_signals(batch: objectives.RTIBatch, *, entropy: jax.Array | None 
   return dataclasses.replace(batch, **changes).check() if changes else batch
 
 
+def minibatch_zscore(values: Sequence[np.ndarray], masks: Sequence[np.ndarray]) -> list[np.ndarray]:
+  """``objectives.entropy_zscore`` over several arrays at once (a minibatch's length chunks, of
+  different widths): one mean and Bessel std over the masked entries of all of them (float64);
+  z = 0 off the masks, and everywhere when that std is 0 or there is at most one entry."""
+  picked = np.concatenate([np.asarray(v, np.float64)[m] for v, m in zip(values, masks)])
+  std = float(np.std(picked, ddof=1)) if picked.size > 1 else 0.0
+  mean = float(picked.mean()) if picked.size else 0.0
+  if not std > 0:
+    return [np.zeros(np.shape(v), np.float32) for v in values]
+  return [np.where(m, (np.asarray(v, np.float64) - mean) / std, 0.0).astype(np.float32) for v, m in zip(values, masks)]
+
+
 # ---------------------------------------------------------------------------------------
 # LUFFY: off-policy demonstrations mixed into groups
 # ---------------------------------------------------------------------------------------
@@ -311,7 +323,8 @@ class MethodHooks:
 
   rollout: stage 1 in place of ``rollout.rollout_groups`` (None: the default rollout).
   after_intervention: the groups after stage 2 (e.g. with demonstrations mixed in).
-  batch_signals: per-token signals attached to each host batch before the jitted step.
+  batch_signals: per-token signals attached to the host batches of one minibatch (its length
+    chunks, each padded to its own length) before the jitted steps.
   Each returns its metric counters as a dict (merged into the iteration's record).
   """
 
@@ -325,8 +338,8 @@ class MethodHooks:
                          ) -> tuple[list[list[Trajectory]], dict[str, Any]]:
     return groups, {}
 
-  def batch_signals(self, batch: objectives.RTIBatch, sampling_params: Any) -> objectives.RTIBatch:
-    return batch
+  def batch_signals(self, chunks: list[objectives.RTIBatch], sampling_params: Any) -> list[objectives.RTIBatch]:
+    return chunks
 
 
 class AEPOHooks(MethodHooks):
@@ -363,8 +376,13 @@ class AEPOHooks(MethodHooks):
     )
     return groups, branched.as_dict()
 
-  def batch_signals(self, batch: objectives.RTIBatch, sampling_params: Any) -> objectives.RTIBatch:
-    return add_policy_signals(batch, entropy=self.entropy_fn(sampling_params, batch.input_ids, batch.attention_mask))
+  def batch_signals(self, chunks: list[objectives.RTIBatch], sampling_params: Any) -> list[objectives.RTIBatch]:
+    """Each chunk's token entropy, standardised over the trained tokens of all of them (the
+    minibatch), so the z-score does not depend on the length chunks or micro-batches."""
+    raw = [np.asarray(self.entropy_fn(sampling_params, c.input_ids, c.attention_mask), np.float64) for c in chunks]
+    masks = [np.asarray(c.loss_mask) > 0 for c in chunks]
+    z = minibatch_zscore(raw, masks)
+    return [add_policy_signals(c, entropy=zc) for c, zc in zip(chunks, z)]
 
 
 class OPDHooks(MethodHooks):
@@ -376,8 +394,8 @@ class OPDHooks(MethodHooks):
                            trainer.compute_dtype)
     self.teacher_logp_fn = make_teacher_logp_fn(teacher)
 
-  def batch_signals(self, batch: objectives.RTIBatch, sampling_params: Any) -> objectives.RTIBatch:
-    return add_policy_signals(batch, teacher_logp=self.teacher_logp_fn(batch.input_ids, batch.attention_mask))
+  def batch_signals(self, chunks: list[objectives.RTIBatch], sampling_params: Any) -> list[objectives.RTIBatch]:
+    return [add_policy_signals(c, teacher_logp=self.teacher_logp_fn(c.input_ids, c.attention_mask)) for c in chunks]
 
 
 class LuffyHooks(MethodHooks):

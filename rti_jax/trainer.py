@@ -318,7 +318,8 @@ class Trainer:
       chunks = objectives.length_chunks(batch, n, bucket)
       if self.cfg.loss.behaviour_logp == "recompute":
         chunks = [self._recompute_behaviour(c, sampling_params) for c in chunks]
-      prepared.append([self._device_batch(c, sampling_params) for c in chunks])
+      chunks = self.hooks.batch_signals(chunks, sampling_params)  # e.g. AEPO's entropy, OPD's teacher log-probs
+      prepared.append([self._device_batch(c) for c in chunks])
     for _ in range(epochs):
       for chunks in prepared:
         if len(chunks) == 1:
@@ -348,9 +349,8 @@ class Trainer:
     old = np.where(np.asarray(batch.loss_mask) > 0, logp, np.asarray(batch.old_logp)).astype(np.float32)
     return dataclasses.replace(batch, old_logp=old)
 
-  def _device_batch(self, batch: objectives.RTIBatch, sampling_params: Any) -> objectives.RTIBatch:
-    """A host batch with the baselines' per-token signals and the reference log-probs, on the mesh."""
-    batch = self.hooks.batch_signals(batch, sampling_params)  # e.g. AEPO's entropy, OPD's teacher log-probs
+  def _device_batch(self, batch: objectives.RTIBatch) -> objectives.RTIBatch:
+    """A host batch with the reference log-probs, on the mesh."""
     if self.ref_params is not None:
       batch = dataclasses.replace(batch, ref_logp=self._logp_fn(self.ref_params, batch.input_ids, batch.attention_mask))
     return distributed.place_batch(self.train_step, batch)  # train_step.shard_batch in one process

@@ -7,6 +7,7 @@ paper's equations, so they share no code or vectorisation tricks with the librar
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import chex
@@ -597,6 +598,26 @@ def test_aepo_advantages_match_numpy() -> None:
   np.testing.assert_allclose(flat, np.where(m > 0, adv[:, None], 0.0))
   one = np.asarray(O.aepo_advantages(adv, ent, np.array([[0, 1, 0], [0, 0, 0]], np.float32)))
   np.testing.assert_array_equal(one, [[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])  # single token: z = 0, no NaN
+  # standardized=True takes the entropy as the z-score itself (taken over a larger batch)
+  z = (np.where(m > 0, ent, 0.0) - mu) / sd * m
+  np.testing.assert_allclose(np.asarray(O.entropy_zscore(ent, m)), z, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(O.aepo_advantages(adv, z.astype(np.float32), m, alpha=0.5, standardized=True)),
+                             want, rtol=1e-5)
+
+
+def test_minibatch_zscore_over_chunks_of_different_widths_is_the_whole_batch_zscore() -> None:
+  from rti_jax.baselines import minibatch_zscore
+
+  rng = np.random.default_rng(4)
+  ent = rng.gamma(2.0, 1.0, (6, 9)).astype(np.float32)
+  mask = (rng.random((6, 9)) < 0.7).astype(np.float32)
+  parts = minibatch_zscore([ent[:2, :4], ent[2:, :]], [mask[:2, :4] > 0, mask[2:] > 0])
+  mask[:2, 4:] = 0  # the first chunk is cut to width 4: its tokens beyond are not in the minibatch
+  whole = np.asarray(O.entropy_zscore(ent, mask))
+  np.testing.assert_allclose(parts[0], whole[:2, :4], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(parts[1], whole[2:], rtol=1e-5, atol=1e-6)
+  flat = minibatch_zscore([np.ones((2, 3))], [np.ones((2, 3), bool)])
+  np.testing.assert_array_equal(flat[0], np.zeros((2, 3)))  # constant entropies: z = 0, no NaN
 
 
 # ---------------------------------------------------------------------------------------
@@ -633,7 +654,9 @@ def test_registry_entries_match_the_array_functions() -> None:
       "aepo": O.aepo_loss(**a, entropy=b.entropy),
   }
   for name in O.LOSSES:
-    got, metrics = O.loss_from_batch(lp, b, cfg(name, beta=0.1 if name in ("grpo", "rti", "opd") else 0.0))
+    # the batch carries AEPO's entropy already standardised (over the minibatch, by the trainer)
+    bn = dataclasses.replace(b, entropy=O.entropy_zscore(b.entropy, b.loss_mask)) if name == "aepo" else b
+    got, metrics = O.loss_from_batch(lp, bn, cfg(name, beta=0.1 if name in ("grpo", "rti", "opd") else 0.0))
     np.testing.assert_allclose(float(got), float(want[name]), rtol=1e-6, err_msg=name)
     assert 0.0 <= float(metrics["clip_frac"]) <= 1.0
   assert set(O.LOSSES) == {"grpo", "rti", "gspo", "luffy", "opd", "aepo"}

@@ -55,7 +55,7 @@ def test_epochs_take_the_same_steps_as_repeating_the_step_by_hand(toy_policy, tm
   two = Trainer(_cfg(toy_policy, "optim.epochs=2"), tmp_path / "two", source=_source(), progress=False)
   ref = Trainer(_cfg(toy_policy), tmp_path / "ref", source=_source(), progress=False)
   groups = _groups(two)
-  dev = ref._device_batch(_batch(ref, groups), ref.state.params)
+  dev = ref._device_batch(_batch(ref, groups))
   s1, o1 = ref.train_step.step(ref.state, dev)
   s2, o2 = ref.train_step.step(s1, dev)
   metrics = two.update(groups)
@@ -84,7 +84,7 @@ def test_recomputed_behaviour_logprobs_are_transformers_tempered_logprobs(toy_po
   # the sampler's own log-probs are the temperature-1 ones: they differ from the tempered ones
   assert np.abs(np.asarray(batch.old_logp)[:, 1:][mask] - want[mask]).mean() > 0.05
   # a first step from these behaviour log-probs starts at ratio 1
-  _, out = tr.train_step.step(tr.state, tr._device_batch(got, tr.state.params))
+  _, out = tr.train_step.step(tr.state, tr._device_batch(got))
   assert abs(float(out.metrics["approx_kl_k3"])) < 1e-6 and float(out.metrics["clip_frac"]) == 0.0
 
 
@@ -112,3 +112,39 @@ def test_vocab_chunked_logprobs_at_a_temperature_equal_numpy(temperature):
 def test_inconsistent_settings_are_refused_by_name(overrides, needle):
   with pytest.raises(ConfigError, match=needle):
     load_config("navigation", overrides)
+
+
+def test_aepo_update_is_the_same_however_the_minibatch_is_cut(tmp_path):
+  """AEPO standardises the token entropy over the whole minibatch before it is cut: one padded
+  batch, 4 length chunks and token-budget micro-batches give the same first update. (A policy
+  with peaked distributions: near-uniform ones have entropies within 5e-4 of log V, whose
+  z-scores are float32 rounding.)"""
+  from models.chat import build_tiny_tokenizer
+  from trainer_fixtures import WORDS, write_random_qwen
+
+  tok = build_tiny_tokenizer(WORDS, tmp_path / "policy")
+  policy = write_random_qwen(tmp_path / "policy", len(tok), seed=0, layers=2, heads=4, kv_heads=2, head_dim=8,
+                             max_positions=1024, init_std=0.5)
+  src = _source()
+  base = ("loss.method=aepo", "loss.aggregation=token-mean", "rollout.tasks_per_iter=2")
+  cuts = {"whole": ["optim.length_chunks=1"], "length_chunks": ["optim.length_chunks=4"],
+          "budget": ["optim.length_chunks=1", "optim.tokens_per_device=96"]}
+  groups, out = None, {}
+  for name, extra in cuts.items():
+    tr = Trainer(_cfg(policy, *base, *extra), tmp_path / name, source=src, progress=False)
+    groups = groups or _groups(tr, seed=3)
+    b = _batch(tr, groups)
+    raw = np.asarray(tr.hooks.entropy_fn(tr.state.params, b.input_ids, b.attention_mask))[np.asarray(b.loss_mask) > 0]
+    out[name] = tr.update(groups), jax.tree.leaves(tr.state.params), raw
+  rewards = [t.reward for g in groups for t in g]
+  assert len(set(rewards)) > 1  # non-zero advantages: the entropy weighting reaches the gradient
+  ent = out["whole"][2]
+  assert ent.std() > 0.1, ent.std()
+  (m1, p1, _) = out["whole"]
+  for name in ("length_chunks", "budget"):
+    m, p, _ = out[name]
+    assert m["loss"] == pytest.approx(m1["loss"], rel=1e-5, abs=1e-7), name
+    assert m["grad_norm"] == pytest.approx(m1["grad_norm"], rel=1e-5), name
+    # equal gradients up to summation order: Adam's steps agree to a small fraction of lr (0.05)
+    diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(p, p1))
+    assert diff <= 0.1 * 0.05, (name, diff)

@@ -37,12 +37,15 @@ class LengthRewardEnv(Environment):
 
 
 def write_random_qwen(path, vocab_size: int, seed: int, *, hidden: int = 32, layers: int = 1, heads: int = 2,
-                      kv_heads: int = 1, head_dim: int = 16, max_positions: int = 2048) -> str:
-  """A random tied-embedding Qwen3 checkpoint at ``path`` (returns the path as a string)."""
+                      kv_heads: int = 1, head_dim: int = 16, max_positions: int = 2048,
+                      init_std: float = 0.02) -> str:
+  """A random tied-embedding Qwen3 checkpoint at ``path`` (returns the path as a string).
+  init_std: the weights' initial std (0.02, transformers' default, gives near-uniform next-token
+  distributions; around 0.5, peaked ones whose entropies vary from token to token)."""
   torch.manual_seed(seed)
   cfg = Qwen3Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                     num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
                     tie_word_embeddings=True, max_position_embeddings=max_positions,
-                    rope_parameters={"rope_type": "default", "rope_theta": 1e4})
+                    rope_parameters={"rope_type": "default", "rope_theta": 1e4}, initializer_range=init_std)
   Qwen3ForCausalLM(cfg).save_pretrained(str(path))
   return str(path)

@@ -145,30 +145,42 @@ def opd_advantages(advantages: jax.Array, logp_student: jax.Array, logp_teacher:
 # ---------------------------------------------------------------------------------------
 
 
-def aepo_advantages(advantages: jax.Array, entropy: jax.Array, mask: jax.Array, *,
-                    alpha: float = 0.2) -> jax.Array:
-  """Entropy-aware advantages: ``A_t = A * (1 + alpha * z(H_t))``, [B, T], stop-gradient.
+def entropy_zscore(entropy: jax.Array, mask: jax.Array) -> jax.Array:
+  """AEPO's standardised token entropy ``z(H_t) = (H_t - mean) / std``, [B, T], 0 off the mask.
 
-  advantages: [B] or [B, T]; entropy: [B, T] per-token policy entropy; mask: [B, T].
-  ``z(H_t) = (H_t - mean) / std`` with mean and Bessel-corrected std over the masked tokens
-  of the batch, so high-uncertainty tokens get a larger share of the outcome advantage.
-  ``alpha = 0.2`` and the Bessel std follow the AEPO authors' released verl code; where
-  that std is 0 or undefined (constant entropies, a single token) we set ``z = 0``.
-  AEPO uses the entropy of the policy being updated (detached); with one update per batch
-  that is the rollout entropy stored in ``RTIBatch.entropy``.
+  Mean and Bessel-corrected std over the masked tokens (the AEPO authors' released verl code);
+  where that std is 0 or undefined (constant entropies, a single token) ``z = 0``.
   """
   ent = C.check_float("entropy", entropy, (2,))
-  shape = tuple(ent.shape)
-  m = C.check_mask("mask", mask, shape)
-  adv = C.check_advantages("advantages", advantages, shape)
-  C.check_scalar("alpha", alpha, low=0.0)
+  m = C.check_mask("mask", mask, tuple(ent.shape))
   (ent,) = _masked_inputs(m, ent)
   n = jnp.sum(m).astype(jnp.float32)
   mean = jnp.sum(ent) / jnp.maximum(n, 1.0)
   var = jnp.sum(jnp.where(m, (ent - mean) ** 2, 0.0)) / jnp.maximum(n - 1.0, 1.0)
   std = jnp.sqrt(var)
   ok = (std > 0) & (n > 1)
-  z = jnp.where(ok, (ent - mean) / jnp.where(ok, std, 1.0), 0.0)
+  return jnp.where(m & ok, (ent - mean) / jnp.where(ok, std, 1.0), 0.0)
+
+
+def aepo_advantages(advantages: jax.Array, entropy: jax.Array, mask: jax.Array, *,
+                    alpha: float = 0.2, standardized: bool = False) -> jax.Array:
+  """Entropy-aware advantages: ``A_t = A * (1 + alpha * z(H_t))``, [B, T], stop-gradient.
+
+  advantages: [B] or [B, T]; entropy: [B, T] per-token policy entropy; mask: [B, T].
+  ``z`` is ``entropy_zscore`` over the masked tokens of this batch, so high-uncertainty tokens
+  get a larger share of the outcome advantage; ``standardized=True``: ``entropy`` already is
+  ``z``, taken over a larger batch than this one (the trainer standardises over the whole
+  minibatch before cutting it into length chunks or micro-batches, so the z-score does not
+  depend on how the batch is cut). ``alpha = 0.2`` follows the AEPO authors' released code.
+  AEPO uses the entropy of the policy being updated (detached); the trainer stores that of the
+  parameters that drew the rollouts in ``RTIBatch.entropy``.
+  """
+  ent = C.check_float("entropy", entropy, (2,))
+  shape = tuple(ent.shape)
+  m = C.check_mask("mask", mask, shape)
+  adv = C.check_advantages("advantages", advantages, shape)
+  C.check_scalar("alpha", alpha, low=0.0)
+  z = jnp.where(m, ent, 0.0) if standardized else entropy_zscore(ent, m)
   return jax.lax.stop_gradient(jnp.where(m, adv * (1.0 + alpha * z), 0.0))
 
 

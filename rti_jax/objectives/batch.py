@@ -44,7 +44,8 @@ class RTIBatch:
   intervened_mask: [B, T] 1 on Corrector-written tokens (RTI) / teacher tokens (LUFFY).
   ref_logp: [B, T] reference-policy log-probs (needed when ``beta > 0``).
   teacher_logp: [B, T] teacher log-probs (OPD).
-  entropy: [B, T] sampling-policy entropy per token (AEPO).
+  entropy: [B, T] AEPO's standardised sampling-policy entropy per token (``entropy_zscore`` over the
+    trained tokens of the whole minibatch, taken before it is cut into chunks or micro-batches).
   The last six are optional (None); RTI treats missing intervention fields as "nothing intervened".
   """
 
@@ -235,7 +236,7 @@ def _opd(logp: jax.Array, batch: RTIBatch, cfg: LossConfig) -> LossParts:
 def _aepo(logp: jax.Array, batch: RTIBatch, cfg: LossConfig) -> LossParts:
   adv = batch.advantages
   if batch.entropy is not None:
-    adv = BL.aepo_advantages(adv, batch.entropy, batch.loss_mask, alpha=cfg.aepo_alpha)
+    adv = BL.aepo_advantages(adv, batch.entropy, batch.loss_mask, alpha=cfg.aepo_alpha, standardized=True)
   per_token = BL.aepo_token_loss(logp, batch.old_logp, adv, batch.loss_mask,
                                  clip_low=cfg.clip_low, clip_high=cfg.clip_high)
   return _parts(per_token, batch, cfg, "token-mean", _common_metrics(logp, batch, cfg))
