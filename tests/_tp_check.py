@@ -164,11 +164,11 @@ def flat_diff(a: list, b: list) -> float:
 def main() -> None:
   devices = jax.devices()
   assert len(devices) == 8, f"expected 8 forced CPU devices, got {len(devices)}"
-  args = sys.argv[1:]
-  families = [a for a in args if a.startswith("qwen")] or ["qwen3", "qwen3_moe"]
-  names = [a for a in args if not a.startswith("qwen")] or ["1x8x1", "1x4x2", "2x2x2"]
+  # FAMILY:MESH,MESH,... per argument (default: both families on all three meshes)
+  cases = dict((a.split(":")[0], a.split(":")[1].split(",")) for a in sys.argv[1:]) or {
+      family: ["1x8x1", "1x4x2", "2x2x2"] for family in ("qwen3", "qwen3_moe")}
   report: dict = {}
-  for family in families:
+  for family, names in cases.items():
     t0 = time.perf_counter()
     ref = run(family, (1, 1, 1), devices[:1])
     fam = {"reference_losses": ref["losses"], "reference_tokens": ref["tokens"], "meshes": {},

@@ -1,8 +1,8 @@
 """Logical axes on every Qwen parameter, activation constraints, tensor parallelism, the decode copy.
 
 The mesh-equivalence check runs ``tests/_tp_check.py`` in a subprocess (8 forced CPU devices must
-be set before jax is imported): meshes (fsdp=8), (fsdp=4, tensor=2), (data=2, fsdp=2, tensor=2)
-against one device, for a tiny Qwen3 and a tiny Qwen3-MoE.
+be set before jax is imported), once per session: a tiny Qwen3 on meshes (fsdp=8), (fsdp=4,
+tensor=2), (data=2, fsdp=2, tensor=2) and a tiny Qwen3-MoE on the last, each against one device.
 """
 
 from __future__ import annotations
@@ -28,8 +28,13 @@ from models.weight_table import expand_table
 from rti_jax import sharding as S
 
 HERE = pathlib.Path(__file__).resolve().parent
-MESHES = ["1x8x1", "1x4x2", "2x2x2"]
-FAMILIES = ["qwen3", "qwen3_moe"]
+#: meshes per family: the dense model on all three; the MoE (experts over the tensor axis) on the one
+#: that has every axis
+MESHES = {"qwen3": ["1x8x1", "1x4x2", "2x2x2"], "qwen3_moe": ["2x2x2"]}
+CASES = [(family, mesh) for family, meshes in MESHES.items() for mesh in meshes]
+#: the tests that read the one subprocess report run on one xdist worker (``--dist loadgroup``),
+#: so the subprocess runs once per test session
+TP_REPORT = pytest.mark.xdist_group("tp_report")
 
 
 def _config(family: str = "qwen3", **kw) -> QwenConfig:
@@ -146,7 +151,7 @@ def _bf16_model(family: str = "qwen3") -> Qwen:
   return model
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", list(MESHES))
 def test_bf16_decode_copy_gives_exactly_the_numbers_of_the_fp32_master_weights(family):
   """Casting the parameters once is what a bf16-compute module does before each use."""
   model = _bf16_model(family)
@@ -209,15 +214,15 @@ def tp_report() -> dict:
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env.pop("XLA_FLAGS", None)
   env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p)
-  proc = subprocess.run([sys.executable, str(HERE / "_tp_check.py"), *FAMILIES, *MESHES],
+  proc = subprocess.run([sys.executable, str(HERE / "_tp_check.py"), *(f"{f}:{','.join(m)}" for f, m in MESHES.items())],
                         capture_output=True, text=True, env=env, cwd=HERE.parent, timeout=1500)
   assert proc.returncode == 0, proc.stderr[-4000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("mesh", MESHES)
+@TP_REPORT
+@pytest.mark.parametrize("family, mesh", CASES)
 def test_sharded_train_step_and_sampler_equal_one_device(tp_report, family, mesh):
   fam = tp_report[family]
   got = fam["meshes"][mesh]
@@ -234,6 +239,7 @@ def test_sharded_train_step_and_sampler_equal_one_device(tp_report, family, mesh
 
 
 @pytest.mark.slow
+@TP_REPORT
 def test_parameters_and_decode_copy_use_the_tensor_axis(tp_report):
   dense = tp_report["qwen3"]["meshes"]["1x4x2"]
   assert dense["specs"]["layers.0.attn.q_proj.kernel"] == "P('fsdp', 'tensor')"
