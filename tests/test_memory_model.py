@@ -66,7 +66,7 @@ def test_hidden_token_logprobs_match_a_numpy_log_softmax() -> None:
 @pytest.mark.parametrize("tie", [False, True])
 def test_vocab_chunked_logprobs_equal_the_full_logits_path(tie: bool) -> None:
   graphdef, params, rest = nnx.split(tiny(tie), nnx.Param, ...)
-  ids, mask = batch()
+  ids, mask = batch(48)  # one attention block: the chunks are over the vocabulary
   weights = jax.random.normal(jax.random.key(2), ids.shape) * mask
 
   def full(p):
@@ -90,14 +90,17 @@ def test_uncached_attention_equals_the_einsum_attention_of_the_cached_path() -> 
   ids, mask = batch()
   from models.qwen import causal_padding_mask, positions_from_mask
 
-  h_new = model.hidden_states(ids, mask)  # jax.nn.dot_product_attention, causal blocks
-  cache = model.init_cache(ids.shape[0], T)
-  h_ref, _ = model.forward(ids, positions_from_mask(mask), causal_padding_mask(mask), cache, 0)  # einsums
+  @nnx.jit  # jitted: no op-by-op dispatch
+  def both(model, ids, mask):
+    new = model.hidden_states(ids, mask)  # jax.nn.dot_product_attention, causal blocks
+    cache = model.init_cache(ids.shape[0], ids.shape[1])
+    ref, _ = model.forward(ids, positions_from_mask(mask), causal_padding_mask(mask), cache, 0)  # einsums
+    return new, ref
+
   real = np.asarray(mask, bool)
+  h_new, h_ref = both(model, ids, mask)
   assert np.max(np.abs(np.asarray(h_new)[real] - np.asarray(h_ref)[real])) <= 1e-5
-  short = model.hidden_states(ids[:, :40], mask[:, :40])  # one block
-  cache = model.init_cache(ids.shape[0], 40)
-  ref, _ = model.forward(ids[:, :40], positions_from_mask(mask[:, :40]), causal_padding_mask(mask[:, :40]), cache, 0)
+  short, ref = both(model, ids[:, :40], mask[:, :40])  # one block
   assert np.max(np.abs(np.asarray(short) - np.asarray(ref))[real[:, :40]]) <= 1e-5
 
 
@@ -191,8 +194,9 @@ def test_scanned_layers_equal_the_layer_loop(remat: str) -> None:
     net = nnx.merge(graphdef, p, rest)
     return jnp.sum(net.token_logprobs(ids, mask, vocab_chunk=48, remat=remat, scan=scan) * weights)
 
-  v_loop, g_loop = jax.value_and_grad(f)(params, False)
-  v_scan, g_scan = jax.value_and_grad(f)(params, True)
+  vg = jax.jit(jax.value_and_grad(f), static_argnums=1)  # jitted: no op-by-op dispatch
+  v_loop, g_loop = vg(params, False)
+  v_scan, g_scan = vg(params, True)
   assert abs(float(v_scan) - float(v_loop)) <= 1e-6 * abs(float(v_loop))
   assert jax.tree.structure(g_scan) == jax.tree.structure(params)
   assert max_diff(g_scan, g_loop) <= 1e-6 * max_abs(g_loop)

@@ -164,8 +164,8 @@ def test_jax_backend_end_to_end_batch_matches_model_logprobs(tok):
   assert stats.groups_triggered == 2 and stats.steps_total >= 2
   assert stats.steps_flagged + stats.validator_malformed >= 1
   batch = assemble_batch(new)
-  logits = model(batch.input_ids, batch.attention_mask)
-  logp = next_token_logprobs(logits, batch.input_ids)
+  logp = nnx.jit(lambda m, ids, mask: next_token_logprobs(m(ids, mask), ids))(model, batch.input_ids,
+                                                                               batch.attention_mask)
   lm = np.asarray(batch.loss_mask, bool)
   assert lm.sum() > 0
   np.testing.assert_allclose(np.asarray(logp)[lm], np.asarray(batch.old_logp)[lm], atol=2e-4)
