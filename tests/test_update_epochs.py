@@ -114,6 +114,7 @@ def test_inconsistent_settings_are_refused_by_name(overrides, needle):
     load_config("navigation", overrides)
 
 
+@pytest.mark.slow  # three trainers; the z-score itself: tests/test_objectives.py (fast)
 def test_aepo_update_is_the_same_however_the_minibatch_is_cut(tmp_path):
   """AEPO standardises the token entropy over the whole minibatch before it is cut: one padded
   batch, 4 length chunks and token-budget micro-batches give the same first update. (A policy
