@@ -54,7 +54,7 @@ def _nav_cfg(policy: str, method: str, *extra: str):
   return load_config("navigation", [
       f"policy.path={policy}", f"loss.method={method}", "rollout.tasks_per_iter=2", "rollout.group_size=2",
       "rollout.max_new_tokens=8", "train.iterations=1", "env.num_train=8", "env.num_test=4", "env.max_turns=2",
-      "optim.length_chunks=1", "train.val_tasks=0", *extra])  # one whole batch per step: the spy below sees it
+      "optim.length_chunks=1", "optim.epochs=1", "train.val_tasks=0", *extra])  # one step on the whole batch: the spy sees it
 
 
 # --- AEPO: entropy -------------------------------------------------------------------------
@@ -93,17 +93,22 @@ def test_aepo_trainer_feeds_the_sampling_policy_entropy_to_the_loss(dirs, tmp_pa
   trainer = Trainer(_nav_cfg(dirs["policy"], "aepo", "loss.aggregation=token-mean"), tmp_path / "aepo",
                     progress=False)
   seen = _capture_batches(trainer)
+  raw = []
+  entropy_fn = trainer.hooks.entropy_fn
+  trainer.hooks.entropy_fn = lambda *a: raw.append(np.asarray(entropy_fn(*a))) or raw[-1]
   rec = trainer.train()[0]
-  assert len(seen) == 1 and np.isfinite(rec["loss"])
+  assert len(seen) == 1 and len(raw) == 1 and np.isfinite(rec["loss"])
   batch = seen[0]
   assert batch.entropy is not None and batch.teacher_logp is None
   ids, mask = np.asarray(batch.input_ids), np.asarray(batch.attention_mask)
-  ent = _np_entropy(_torch_logits(dirs["policy"], ids, mask))  # the parameters that drew the rollouts
+  ent = _np_entropy(_torch_logits(dirs["policy"], ids, mask)) * mask  # the parameters that drew the rollouts
+  np.testing.assert_allclose(raw[0], ent, rtol=2e-4, atol=2e-4)
   trained = np.asarray(batch.loss_mask) != 0
-  assert ent[trained].min() > 0 and ent[trained].std() > 0.05
-  # standardised over the minibatch's trained tokens (Bessel std), 0 elsewhere
-  want = np.where(trained, (ent - ent[trained].mean()) / ent[trained].std(ddof=1), 0.0)
-  np.testing.assert_allclose(np.asarray(batch.entropy), want, rtol=2e-3, atol=2e-3)
+  assert ent[trained].min() > 0
+  # the loss sees them standardised over the minibatch's trained tokens (Bessel std), 0 elsewhere
+  r = raw[0].astype(np.float64)
+  want = np.where(trained, (r - r[trained].mean()) / r[trained].std(ddof=1), 0.0)
+  np.testing.assert_allclose(np.asarray(batch.entropy), want, rtol=1e-5, atol=1e-5)
 
 
 # --- OPD: teacher log-probs ----------------------------------------------------------------

@@ -30,7 +30,9 @@ def _cfg(policy, *extra):
   return load_config("navigation", [
       f"policy.path={policy}", "loss.method=grpo", "rollout.tasks_per_iter=2", "rollout.group_size=4",
       "rollout.max_new_tokens=6", "rollout.max_context=128", "train.iterations=1", "optim.lr=0.05",
-      "train.eval_every=100", "train.val_tasks=0", "loss.beta=0", "optim.length_chunks=1", *extra])
+      "train.eval_every=100", "train.val_tasks=0", "loss.beta=0", "optim.length_chunks=1",
+      # one step per batch from the sampler's temperature-1 log-probs; each test sets what it checks
+      "rollout.temperature=1.0", "loss.logp_temperature=1.0", "loss.behaviour_logp=rollout", "optim.epochs=1", *extra])
 
 
 def _groups(trainer, seed=0):
@@ -103,7 +105,7 @@ def test_vocab_chunked_logprobs_at_a_temperature_equal_numpy(temperature):
 
 
 @pytest.mark.parametrize("overrides, needle", [
-  (["loss.logp_temperature=0.8"], "behaviour_logp=recompute"),
+  (["loss.logp_temperature=0.8", "loss.behaviour_logp=rollout"], "behaviour_logp=recompute"),
   (["loss.logp_temperature=0.8", "loss.behaviour_logp=recompute", "loss.intervened_old_logp=cal"], "intervened_old_logp"),
   (["loss.logp_temperature=0"], "loss.logp_temperature"),
   (["loss.behaviour_logp=sampler"], "loss.behaviour_logp"),
