@@ -12,12 +12,20 @@ import os
 import sys
 
 if int(sys.argv[3]) * int(sys.argv[4]) * int(sys.argv[5]) == 8:
-  os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+  # Ops run on their device's thread (no intra-op tasks queued behind threads blocked in a
+  # collective's rendezvous); a rendezvous that still starves aborts after 120 s.
+  os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + (
+      " --xla_force_host_platform_device_count=8 --xla_cpu_multi_thread_eigen=false"
+      " --xla_cpu_collective_call_terminate_timeout_seconds=120")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import json  # noqa: E402
 
 import jax  # noqa: E402
+
+# Eager collectives dispatched asynchronously on a few host cores can starve XLA's in-process
+# rendezvous (8 device threads must meet); run them one at a time.
+jax.config.update("jax_cpu_enable_async_dispatch", False)
 
 from rti_jax.config import load_config  # noqa: E402
 from rti_jax.envs.source import TaskSource  # noqa: E402
@@ -33,7 +41,9 @@ def main() -> None:
       f"policy.path={policy}", "loss.method=grpo", "rollout.tasks_per_iter=2", "rollout.group_size=4",
       "rollout.max_new_tokens=6", "rollout.max_context=64", "train.iterations=1", "train.val_tasks=0",
       "optim.length_chunks=1", "optim.lr=1e-6", "loss.beta=0", f"mesh.data={data}", f"mesh.fsdp={fsdp}",
-      f"mesh.tensor={tensor}"])
+      f"mesh.tensor={tensor}",
+      # one step from the sampler's log-probs: the fewest collective programs (the mesh is what is checked)
+      "optim.epochs=1", "rollout.temperature=1.0", "loss.logp_temperature=1.0", "loss.behaviour_logp=rollout"])
   src = TaskSource(train=list(range(4)), test=[100], env_factory=LengthRewardEnv, task_id=str, subsets={},
                    domain="navigation")
   tr = Trainer(cfg, run_dir, source=src, progress=False)

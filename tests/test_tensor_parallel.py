@@ -264,8 +264,11 @@ def _trainer_run(policy: str, run_dir: pathlib.Path, mesh: tuple[int, int, int])
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env.pop("XLA_FLAGS", None)
   env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p)
-  proc = subprocess.run([sys.executable, str(HERE / "_tp_trainer_check.py"), policy, str(run_dir), *map(str, mesh)],
-                        capture_output=True, text=True, env=env, cwd=HERE.parent, timeout=900)
+  for attempt in range(2):  # once more after XLA's rendezvous abort (thread starvation under load)
+    proc = subprocess.run([sys.executable, str(HERE / "_tp_trainer_check.py"), policy, str(run_dir), *map(str, mesh)],
+                          capture_output=True, text=True, env=env, cwd=HERE.parent, timeout=900)
+    if proc.returncode == 0 or "Termination timeout for `all reduce" not in proc.stderr:
+      break
   assert proc.returncode == 0, proc.stderr[-4000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
