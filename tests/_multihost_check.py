@@ -80,7 +80,9 @@ def config():
   return load_config("navigation", [
       f"policy.path={POLICY}", "loss.method=grpo", "loss.beta=0.05", "rollout.tasks_per_iter=2", "rollout.group_size=4",
       "rollout.max_new_tokens=6", "rollout.max_context=128", "train.iterations=2", "train.checkpoint_every=1",
-      "optim.lr=0.01", "train.eval_every=100", "train.val_tasks=0", "mesh.rollout_slices=2", *extra,
+      "optim.lr=0.01", "train.eval_every=100", "train.val_tasks=0", "mesh.rollout_slices=2",
+      # one step from the sampler's log-probs: the fewest cross-process programs (the split is what is checked)
+      "optim.epochs=1", "rollout.temperature=1.0", "loss.logp_temperature=1.0", "loss.behaviour_logp=rollout", *extra,
       *os.environ.get("MULTIHOST_CHECK_OVERRIDES", "").split()])
 
 
