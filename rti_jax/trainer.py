@@ -336,8 +336,8 @@ class Trainer:
             num, den = num + num_c, den + den_c
             chunk_metrics.append(m_c)
           self.state, out = self.train_step.apply(self.state, g, num, den)
-          vals = {"loss": out.loss, **objectives.combine_chunk_metrics(chunk_metrics)}
-        vals["grad_norm"] = optax.tree.norm(out.grads)
+          vals = {"loss": out.loss, **objectives.combine_chunk_metrics(chunk_metrics),
+                  "grad_norm": out.metrics["grad_norm"]}
         for k, v in vals.items():
           sums[k] = sums.get(k, 0.0) + float(v) / (m * epochs)
     return sums

@@ -66,7 +66,7 @@ from rti_jax import distributed, reporting  # noqa: E402
 from rti_jax.config import load_config  # noqa: E402
 from rti_jax.envs.source import TaskSource  # noqa: E402
 from rti_jax.trainer import TIMING_KEYS, Trainer  # noqa: E402
-from trainer_fixtures import LengthRewardEnv  # noqa: E402
+from trainer_fixtures import ONE_STEP_FROM_SAMPLER, LengthRewardEnv  # noqa: E402
 
 
 def source() -> TaskSource:
@@ -81,8 +81,7 @@ def config():
       f"policy.path={POLICY}", "loss.method=grpo", "loss.beta=0.05", "rollout.tasks_per_iter=2", "rollout.group_size=4",
       "rollout.max_new_tokens=6", "rollout.max_context=128", "train.iterations=2", "train.checkpoint_every=1",
       "optim.lr=0.01", "train.eval_every=100", "train.val_tasks=0", "mesh.rollout_slices=2",
-      # one step from the sampler's log-probs: the fewest cross-process programs (the split is what is checked)
-      "optim.epochs=1", "rollout.temperature=1.0", "loss.logp_temperature=1.0", "loss.behaviour_logp=rollout", *extra,
+      *ONE_STEP_FROM_SAMPLER, *extra,  # the process split is what is checked
       *os.environ.get("MULTIHOST_CHECK_OVERRIDES", "").split()])
 
 

@@ -32,7 +32,7 @@ from rti_jax.envs.source import TaskSource  # noqa: E402
 from rti_jax.trainer import Trainer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trainer_fixtures import LengthRewardEnv  # noqa: E402
+from trainer_fixtures import ONE_STEP_FROM_SAMPLER, LengthRewardEnv  # noqa: E402
 
 
 def main() -> None:
@@ -41,9 +41,7 @@ def main() -> None:
       f"policy.path={policy}", "loss.method=grpo", "rollout.tasks_per_iter=2", "rollout.group_size=4",
       "rollout.max_new_tokens=6", "rollout.max_context=64", "train.iterations=1", "train.val_tasks=0",
       "optim.length_chunks=1", "optim.lr=1e-6", "loss.beta=0", f"mesh.data={data}", f"mesh.fsdp={fsdp}",
-      f"mesh.tensor={tensor}",
-      # one step from the sampler's log-probs: the fewest collective programs (the mesh is what is checked)
-      "optim.epochs=1", "rollout.temperature=1.0", "loss.logp_temperature=1.0", "loss.behaviour_logp=rollout"])
+      f"mesh.tensor={tensor}", *ONE_STEP_FROM_SAMPLER])  # the mesh is what is checked
   src = TaskSource(train=list(range(4)), test=[100], env_factory=LengthRewardEnv, task_id=str, subsets={},
                    domain="navigation")
   tr = Trainer(cfg, run_dir, source=src, progress=False)

@@ -160,6 +160,8 @@ def test_train_step_matches_hand_written_value_and_grad_and_sgd_update() -> None
   np.testing.assert_allclose(float(out.loss), float(loss), rtol=1e-6)
   for g_step, g_ref in zip(jax.tree.leaves(out.grads), jax.tree.leaves(grads)):
     np.testing.assert_allclose(np.asarray(g_step), np.asarray(g_ref), rtol=1e-5, atol=1e-7)
+  flat = np.concatenate([np.asarray(g, np.float64).ravel() for g in jax.tree.leaves(grads)])
+  np.testing.assert_allclose(float(out.metrics["grad_norm"]), np.linalg.norm(flat), rtol=1e-5)
   for p_new, p_old, g in zip(jax.tree.leaves(new_state.params), jax.tree.leaves(params), jax.tree.leaves(grads)):
     np.testing.assert_allclose(np.asarray(p_new), np.asarray(p_old) - lr * np.asarray(g), rtol=1e-5, atol=1e-7)
   assert float(np.abs(np.asarray(jax.tree.leaves(grads)[0])).max()) > 0

@@ -18,7 +18,7 @@ from rti_jax.envs.source import TaskSource
 from rti_jax.rollout import rollout_groups
 from rti_jax.shapes import UPDATE_BUCKETS, bucket_length
 from rti_jax.trainer import Trainer
-from trainer_fixtures import LengthRewardEnv
+from trainer_fixtures import ONE_STEP_FROM_SAMPLER, LengthRewardEnv
 
 
 def _source():
@@ -31,8 +31,7 @@ def _cfg(policy, *extra):
       f"policy.path={policy}", "loss.method=grpo", "rollout.tasks_per_iter=2", "rollout.group_size=4",
       "rollout.max_new_tokens=6", "rollout.max_context=128", "train.iterations=1", "optim.lr=0.05",
       "train.eval_every=100", "train.val_tasks=0", "loss.beta=0", "optim.length_chunks=1",
-      # one step per batch from the sampler's temperature-1 log-probs; each test sets what it checks
-      "rollout.temperature=1.0", "loss.logp_temperature=1.0", "loss.behaviour_logp=rollout", "optim.epochs=1", *extra])
+      *ONE_STEP_FROM_SAMPLER, *extra])  # each test sets what it checks
 
 
 def _groups(trainer, seed=0):
