@@ -115,7 +115,8 @@ class Attention(nnx.Module):
 
   def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array, inv_freq: jax.Array,
                cache: LayerCache | None = None, cache_index: jax.Array | None = None, causal: bool = False,
-               lengths: jax.Array | None = None) -> tuple[jax.Array, LayerCache | None]:
+               lengths: jax.Array | None = None, query_index: jax.Array | None = None,
+               ) -> tuple[jax.Array, LayerCache | None]:
     """x: [B, T, E]; positions: [B, T]; mask: [B, T, S] bool (S = T, or the cache length).
 
     With a cache, this step's k/v are written at slots ``cache_index .. cache_index+T`` (a
@@ -128,8 +129,14 @@ class Attention(nnx.Module):
     GPU with a bf16 / fp16 model the attention then runs as cuDNN's fused kernel (causal, padded
     by lengths), which never holds the [T, S] scores.
 
+    query_index: [B, W] positions (uncached only): the output is computed for those queries alone,
+    [B, W, E], each attending to the keys its row of ``mask`` shows (keys and values still come from
+    every position of ``x``).
+
     Without a cache the attention is ``jax.nn.dot_product_attention``.
     """
+    if query_index is not None:
+      return self._attend_at(x, positions, mask, inv_freq, query_index), None
     b, t, _ = x.shape
     q = constrain(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim), Q_HEADS)
     k = constrain(self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), KV_HEADS)
@@ -168,9 +175,24 @@ class Attention(nnx.Module):
     out = constrain(out.transpose(0, 3, 1, 2, 4).reshape(b, t, self.num_heads * self.head_dim), ATTN_OUT)
     return self.o_proj(out), new_cache
 
+  def _attend_at(self, x: jax.Array, positions: jax.Array, mask: jax.Array, inv_freq: jax.Array,
+                 query_index: jax.Array) -> jax.Array:
+    """The uncached attention output [B, W, E] at the positions ``query_index`` [B, W] only."""
+    b, t, _ = x.shape
+    w = query_index.shape[1]
+    take = lambda a: jnp.take_along_axis(a, query_index.reshape(b, w, *[1] * (a.ndim - 2)), axis=1)  # noqa: E731
+    q = constrain(self.q_proj(take(x)).reshape(b, w, self.num_heads, self.head_dim), Q_HEADS)
+    k = constrain(self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), KV_HEADS)
+    v = constrain(self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), KV_HEADS)
+    if self.qk_norm:
+      q, k = self.q_norm(q), self.k_norm(k)
+    q, k = apply_rope(q, take(positions), inv_freq), apply_rope(k, positions, inv_freq)
+    out = self._attend_uncached(q, k, v, take(mask), False, None).reshape(b, w, self.num_heads * self.head_dim)
+    return self.o_proj(constrain(out, ATTN_OUT))
+
   def _attend_uncached(self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, causal: bool,
                        lengths: jax.Array | None) -> jax.Array:
-    """q: [B, T, N, D]; k, v: [B, T, Kv, D]; mask: [B, T, T] -> [B, T, N, D] by
+    """q: [B, T, N, D]; k, v: [B, S, Kv, D]; mask: [B, T, S] -> [B, T, N, D] by
     ``jax.nn.dot_product_attention`` (grouped heads: query head n reads kv head n // groups)."""
     t = q.shape[1]
     if lengths is not None and causal and _cudnn_attention_ok(q):
@@ -268,8 +290,13 @@ class DecoderLayer(nnx.Module):
     self.post_attn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
     self.mlp = MoE(config, **kw) if moe else MLP(config, **kw)
 
-  def __call__(self, x, positions, mask, inv_freq, cache=None, cache_index=None, causal=False, lengths=None):
-    h, new_cache = self.attn(self.input_norm(x), positions, mask, inv_freq, cache, cache_index, causal, lengths)
+  def __call__(self, x, positions, mask, inv_freq, cache=None, cache_index=None, causal=False, lengths=None,
+               query_index=None):
+    """query_index: [B, W] (uncached): the layer's output at those positions only, [B, W, E]."""
+    h, new_cache = self.attn(self.input_norm(x), positions, mask, inv_freq, cache, cache_index, causal, lengths,
+                             query_index)
+    if query_index is not None:
+      x = jnp.take_along_axis(x, query_index[..., None], axis=1)
     x = constrain(x + h, RESIDUAL)
     return constrain(x + self.mlp(self.post_attn_norm(x)), RESIDUAL), new_cache
 
@@ -330,7 +357,8 @@ class Qwen(nnx.Module):
     return self.logits(h)
 
   def hidden_states(self, input_ids: jax.Array, attention_mask: jax.Array, *, remat: str = "none",
-                    right_padded: bool = False, scan: bool = False) -> jax.Array:
+                    right_padded: bool = False, scan: bool = False,
+                    query_index: jax.Array | None = None) -> jax.Array:
     """Final-norm hidden states [B, T, E] of a full (uncached) forward pass.
 
     remat: a key of ``REMAT_POLICIES``, what each decoder layer keeps for a backward pass.
@@ -338,10 +366,14 @@ class Qwen(nnx.Module):
     which lets a GPU run cuDNN's fused attention from the row lengths.
     scan: run the layers as one ``lax.scan`` over a stacked view of their parameters (one compiled
     layer body; the parameter tree is unchanged), when all layers share one structure.
+    query_index: [B, W] int positions: return [B, W, E], the hidden states at those positions only.
+    Every layer but the last still runs over all T positions (their keys and values are needed);
+    the last one computes its queries, MLP and norm at the W positions alone, which is what a
+    caller that needs a few positions' log-probs (``models.scoring.response_logprobs``) saves.
     """
     lengths = jnp.sum(attention_mask, axis=-1).astype(jnp.int32) if right_padded else None
-    h, _ = self.forward(input_ids, positions_from_mask(attention_mask),
-                        causal_padding_mask(attention_mask), causal=True, remat=remat, lengths=lengths, scan=scan)
+    h, _ = self.forward(input_ids, positions_from_mask(attention_mask), causal_padding_mask(attention_mask),
+                        causal=True, remat=remat, lengths=lengths, scan=scan, query_index=query_index)
     return h
 
   def token_logprobs(self, input_ids: jax.Array, attention_mask: jax.Array, *, vocab_chunk: int,
@@ -361,10 +393,11 @@ class Qwen(nnx.Module):
   def forward(self, input_ids: jax.Array, positions: jax.Array, mask: jax.Array,
               cache: list[LayerCache] | None = None, cache_index: jax.Array | None = None,
               causal: bool = False, remat: str = "none", lengths: jax.Array | None = None,
-              scan: bool = False) -> tuple[jax.Array, list[LayerCache] | None]:
+              scan: bool = False, query_index: jax.Array | None = None,
+              ) -> tuple[jax.Array, list[LayerCache] | None]:
     """The decoder stack. input_ids, positions: [B, T]; mask: [B, T, S] bool; causal, lengths: see
-    ``Attention.__call__`` (set by :meth:`hidden_states`, whose mask is causal); remat, scan: see
-    :meth:`hidden_states` (uncached passes only).
+    ``Attention.__call__`` (set by :meth:`hidden_states`, whose mask is causal); remat, scan,
+    query_index: see :meth:`hidden_states` (uncached passes only).
 
     Returns final-norm hidden states [B, T, E] and the updated cache (None without one).
     """
@@ -374,21 +407,27 @@ class Qwen(nnx.Module):
     x = constrain(self.embed(input_ids), RESIDUAL)
     if cache is None:
       run = lambda layer, x: layer(x, positions, mask, inv_freq, causal=causal, lengths=lengths)[0]  # noqa: E731
-      if scan and len(self.layers) > 1 and _same_layers(self.layers):
-        return self.norm(self._scan_layers(run, x, remat)), None
-      if remat != "none":
-        run = nnx.remat(run, policy=REMAT_POLICIES[remat])
-      for layer in self.layers:
-        x = run(layer, x)
+      last = len(self.layers) if query_index is None else len(self.layers) - 1
+      if scan and last > 1 and _same_layers(self.layers[:last]):
+        x = self._scan_layers(run, x, remat, last)
+      else:
+        if remat != "none":
+          run = nnx.remat(run, policy=REMAT_POLICIES[remat])
+        for layer in self.layers[:last]:
+          x = run(layer, x)
+      if query_index is not None:
+        x = self.layers[last](x, positions, mask, inv_freq, query_index=query_index)[0]
       return self.norm(x), None
+    if query_index is not None:
+      raise ValueError("query_index: only for an uncached pass")
     new_cache = []
     for i, layer in enumerate(self.layers):
       x, layer_cache = layer(x, positions, mask, inv_freq, cache[i], cache_index, causal)
       new_cache.append(layer_cache)
     return self.norm(x), new_cache
 
-  def _scan_layers(self, run, x: jax.Array, remat: str) -> jax.Array:
-    """The decoder layers as one ``lax.scan`` over a stacked view of their parameters.
+  def _scan_layers(self, run, x: jax.Array, remat: str, count: int) -> jax.Array:
+    """The first ``count`` decoder layers as one ``lax.scan`` over a stacked view of their parameters.
 
     The parameter tree stays one entry per layer (HF load / save, checkpoints); the stack is built
     inside the traced function, its floating leaves cast to the compute dtype first (each layer
@@ -397,7 +436,7 @@ class Qwen(nnx.Module):
     """
     graphdef, _ = nnx.split(self.layers[0])
     cast = lambda a: a.astype(self.dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a  # noqa: E731
-    stacked = jax.tree.map(lambda *a: jnp.stack([cast(v) for v in a]), *[nnx.state(l) for l in self.layers])
+    stacked = jax.tree.map(lambda *a: jnp.stack([cast(v) for v in a]), *[nnx.state(l) for l in self.layers[:count]])
 
     def body(h, layer_state):
       return run(nnx.merge(graphdef, layer_state), h), None

@@ -3,9 +3,9 @@
 * :func:`next_token_logprobs` — ``log pi(input_ids[:, t+1] | input_ids[:, :t+1])`` at every
   position of a batch (pure and differentiable).
 * :func:`response_logprobs` — the same quantity at ``width`` positions per row starting at
-  ``starts`` (a response's tokens after its prompt): the decoder runs over the whole sequence, but
-  the LM head, the ``[.., V]`` logits and their logsumexp are computed for the response positions
-  only. Scoring a short correction after a long rollout context (the PPL gate, Eq. 3; pi_cal /
+  ``starts`` (a response's tokens after its prompt): every decoder layer but the last runs over the
+  whole sequence; the last layer, the LM head, the ``[.., V]`` logits and their logsumexp are
+  computed for the response positions only. Scoring a short correction after a long rollout context (the PPL gate, Eq. 3; pi_cal /
   pi_roll, Eq. 5) then costs one decoder pass, not one decoder pass plus ``T`` vocabulary
   projections.
 
@@ -78,10 +78,10 @@ def response_logprobs(model: Qwen, input_ids: jax.Array, attention_mask: jax.Arr
   ``T - 2`` are clamped there, so entries beyond a row's real response are meaningless and the
   caller drops them.
   """
-  h = model.hidden_states(input_ids, attention_mask, right_padded=True)  # [B, T, E]
   t = input_ids.shape[1]
   pos = jnp.minimum(starts[:, None] + jnp.arange(width, dtype=starts.dtype)[None, :], max(t - 2, 0))
-  h_r = jnp.take_along_axis(h, pos[..., None], axis=1)  # [B, width, E]
+  # The last layer runs at the response positions only (all earlier ones over the whole row).
+  h_r = model.hidden_states(input_ids, attention_mask, right_padded=True, query_index=pos)  # [B, width, E]
   targets = jnp.take_along_axis(input_ids, jnp.minimum(pos + 1, t - 1), axis=1)
   return _target_logprobs(model, h_r, targets, chunk)
 

@@ -104,6 +104,33 @@ def test_uncached_attention_equals_the_einsum_attention_of_the_cached_path() -> 
   assert np.max(np.abs(np.asarray(short) - np.asarray(ref))[real[:, :40]]) <= 1e-5
 
 
+@pytest.mark.parametrize("moe", [False, True])
+def test_hidden_states_at_query_positions_equal_the_full_pass_there(moe: bool) -> None:
+  """``query_index`` (the last layer at a few positions only, as scoring uses it) gives the full
+  pass's hidden states at those positions, repeated and clamped ones included, with the earlier
+  layers unrolled or scanned."""
+  extra = dict(model_type="qwen3_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16) if moe else {}
+  cfg = QwenConfig(**{**dict(model_type="qwen3", vocab_size=96, hidden_size=32, intermediate_size=48,
+                             num_layers=3, num_heads=4, num_kv_heads=2, head_dim=8), **extra})
+  model = Qwen(cfg, rngs=nnx.Rngs(4))
+  ids, mask = batch()
+  index = jnp.array([[0, 5, 159, 159], [100, 101, 122, 3], [0, 1, 4, 4]], jnp.int32)
+
+  @nnx.jit
+  def both(model, ids, mask, index):
+    full = model.hidden_states(ids, mask, right_padded=True)
+    return (jnp.take_along_axis(full, index[..., None], axis=1),
+            model.hidden_states(ids, mask, right_padded=True, query_index=index),
+            model.hidden_states(ids, mask, right_padded=True, query_index=index, scan=True))
+
+  want, got, got_scan = (np.asarray(a) for a in both(model, ids, mask, index))
+  assert got.shape == (3, 4, 32) and np.abs(want).max() > 0.1
+  real = np.take_along_axis(np.asarray(mask, bool), np.asarray(index), axis=1)  # queries at real tokens
+  assert np.abs(got - want)[real].max() <= 1e-5 and np.abs(got_scan - want)[real].max() <= 1e-5
+  with pytest.raises(ValueError, match="query_index"):
+    model.forward(ids, ids, jnp.ones((3, 160, 160), bool), model.init_cache(3, 160), 0, query_index=index)
+
+
 def test_remat_rejects_an_unknown_policy() -> None:
   ids, mask = batch(8)
   with pytest.raises(ValueError, match="remat"):
