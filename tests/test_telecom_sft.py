@@ -16,7 +16,7 @@ import pytest
 from rti_jax.config import ConfigError, load_config
 from rti_jax.envs.telecom import TelecomEnv, load_split, run_episode
 from rti_jax.envs.telecom import device_tools as dt
-from rti_jax.envs.telecom.checklist_agent import DEVICE_GROUPS, DEVICE_REQUESTS, ChecklistAgent, device_step_of, group_request
+from rti_jax.envs.telecom.checklist_agent import DEVICE_REQUESTS, ChecklistAgent, steps_of
 from rti_jax.envs.telecom.condensed import CONDENSED_POLICY, prompt_stats, required_names
 from rti_jax.envs.telecom.env import policy_text, system_prompt
 from rti_jax.envs.telecom.source import policy_for, telecom_source
@@ -95,21 +95,34 @@ def test_condensed_policy_in_env_and_source():
 # --- scripted agents ---------------------------------------------------------------------------
 
 
-GROUP_TEXTS = {group_request(g): steps for g, steps in DEVICE_GROUPS.items()}
+def _unjustified_fixes(messages) -> list[str]:
+  """The Verifier's ``fix_without_diagnostic`` reasons for every assistant turn of an episode,
+  each judged on the conversation before it."""
+  from rti_jax.intervention.judges import StepContext
+  from rti_jax.intervention.telecom_fixes import unjustified_fixes
+
+  history = [m for m in messages if m["role"] != "system"]
+  user = next(m["content"] for m in history if m["role"] == "user")
+  return [u.why for k, m in enumerate(history) if m["role"] == "assistant"
+          for u in unjustified_fixes(StepContext(user, tuple(history[:k]), m["content"], (), {}, "telecom"), m["content"])]
 
 
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_checklist_solves_every_task_and_the_mistake_fails_every_task_with_a_device_step(split):
   env = TelecomEnv(policy=CONDENSED_POLICY)
+  fixes = 0
   for task in load_split(split):
     good = run_episode(env, ChecklistAgent(), task)  # the agent never reads the task
     assert good.reward == 1.0, task.task_id
-    assert good.num_turns <= 14  # fixes asked for in groups (DEVICE_GROUPS)
-    single = run_episode(env, ChecklistAgent(grouped=False), task)  # one fix per turn: same outcome, longer
+    assert good.num_turns <= 16  # up to 4 checks or fixes a turn
+    # diagnostic first: no fix before a visible output showed its fault, as the Verifier reads it
+    assert _unjustified_fixes(good.messages) == [], task.task_id
+    single = run_episode(env, ChecklistAgent(grouped=False), task)  # one step per turn: same outcome, longer
     assert single.reward == 1.0, task.task_id
-    assert single.num_turns <= 22 and single.num_turns >= good.num_turns
-    asked = lambda msgs: [s for m in msgs if m["role"] == "assistant"
-                          for s in GROUP_TEXTS.get(m["content"], [device_step_of(m["content"])]) if s]
+    assert single.num_turns <= 27 and single.num_turns >= good.num_turns
+    asked = lambda msgs: [s for m in msgs if m["role"] == "assistant" for s in steps_of(m["content"])]
+    fixes += sum(DEVICE_REQUESTS[s][0] in ("toggle_airplane_mode", "reset_apn_settings", "toggle_data",
+                                           "grant_app_permission") for s in asked(good.messages))
     # the same fixes in the same order, up to where the one-per-turn episode ends (the user's goal
     # can hold before the last fix of a group)
     n = len(asked(single.messages))
@@ -126,6 +139,7 @@ def test_checklist_solves_every_task_and_the_mistake_fails_every_task_with_a_dev
       assert bad.messages == good.messages
       assert td.first_device_step(good.messages) == "none"
       assert good.info["termination"] == "transfer"
+  assert fixes > len(load_split(split))  # the checks do lead to fixes
 
 
 def test_decisive_turn_is_the_first_device_request():
@@ -134,7 +148,7 @@ def test_decisive_turn_is_the_first_device_request():
   good = play(env, ChecklistAgent(), task)
   d = td.decisive_index(good)
   assert good[d]["content"] == DEVICE_REQUESTS["sim"][2]
-  assert all(device_step_of(m["content"]) is None for m in good[:d] if m["role"] == "assistant")
+  assert all(steps_of(m["content"]) == [] for m in good[:d] if m["role"] == "assistant")
   bad = play(env, td.MistakeAgent(), task)
   assert bad[:d] == good[:d]
   assert bad[d]["content"] == '<tool_call>\n{"name": "check_sim_status", "arguments": {}}\n</tool_call>'

@@ -160,7 +160,7 @@ class TelecomEvalConfig:
 
   tasks: Optional[int] = None  # held-out tasks sampled (null = all of data.holdout)
   samples: int = 4  # samples per task at temperature 1
-  max_turns: int = 16  # assistant turns per sampled episode (the checklist needs at most 14)
+  max_turns: int = 20  # assistant turns per sampled episode (the checklist needs at most 16)
 
 
 @dataclasses.dataclass

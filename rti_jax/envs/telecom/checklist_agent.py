@@ -12,18 +12,22 @@ messages it has received:
    (before any account change: a locked SIM is transferred whatever else is wrong);
    then, on a suspended line: bills, a payment request for an overdue bill, the user pays,
    ``resume_line``;
-4. airplane mode off, APN reset, reboot (every issue needs service);
-5. mobile data and MMS issues: data on, ``get_data_usage`` (used up: plan look-up, 2 GB refuel
-   offer, ``refuel_data`` if accepted), ``enable_roaming`` when the line has it off, roaming on,
-   Data Saver off, VPN off, network mode ``4g_5g_preferred``;
-6. MMS issues: Wi-Fi Calling off, the messaging app's sms and storage permissions;
-7. asks the user to check the goal (MMS / speed test / status bar), then ``###STOP###``.
+4. checks the network status and the APN settings (data and MMS issues: also the data
+   restriction and VPN status), then asks for the fixes those outputs show a need for (airplane
+   mode off, APN reset; mobile data on) and a reboot;
+5. mobile data and MMS issues: ``get_data_usage`` (used up: plan look-up, 2 GB refuel offer,
+   ``refuel_data`` if accepted), ``enable_roaming`` when the line has it off; checks the network
+   mode preference (MMS: also Wi-Fi Calling and the messaging app's permissions), then asks for
+   the fixes shown: roaming on, Data Saver off, VPN off, network mode ``4g_5g_preferred`` (MMS:
+   Wi-Fi Calling off, the sms and storage permissions);
+6. asks the user to check the goal (MMS / speed test / status bar), then ``###STOP###``.
 
-Device steps are asked for in directed plain words ("Please turn off airplane mode."), so a
-setting that is already right stays right (the scripted user says so instead of toggling);
-every fix is idempotent, which is what lets the agent skip the diagnostics. The issue type is
-read from the user's opening message. ``DEVICE_REQUESTS`` maps each device step to its text;
-``device_turns(messages)`` finds which assistant turns of an episode are device steps.
+Diagnostic first: a fix is asked for only when the last visible reading of its setting shows
+the fault, read exactly as the Verifier reads it (``intervention.telecom_fixes``), so no fix this
+agent asks for is a ``fix_without_diagnostic``. Device steps are asked for in directed plain
+words ("Please turn off airplane mode."). The issue type is read from the user's opening message.
+``DEVICE_REQUESTS`` maps each device step (checks and fixes) to its text; ``steps_of(text)``
+splits a turn into them.
 """
 
 from __future__ import annotations
@@ -58,17 +62,30 @@ DEVICE_REQUESTS: dict[str, tuple[str, dict[str, str], str]] = {
     "storage": ("grant_app_permission", {"app_name": "messaging", "permission": "storage"},
                 "Please grant the messaging app the storage permission."),
     "pay": ("make_payment", {}, PAY_MESSAGE),
+    # the checks that show the settings the fixes above change
+    "network_status": ("check_network_status", {}, "Please check your network status."),
+    "apn_settings": ("check_apn_settings", {}, "Please check your APN settings."),
+    "restriction": ("check_data_restriction_status", {},
+                    "Please check your data restriction status."),
+    "vpn_status": ("check_vpn_status", {}, "Please check your VPN status."),
+    "mode_status": ("check_network_mode_preference", {},
+                    "Please check your preferred network mode."),
+    "wifi_calling_status": ("check_wifi_calling_status", {},
+                            "Please check your Wi-Fi Calling status."),
+    "permissions": ("check_app_permissions", {"app_name": "messaging"},
+                    "Please check the permissions of your messaging app."),
 }
-#: grouped device steps (``ChecklistAgent(grouped=True)``, the default): one turn asks for each
-#: group's fixes in order, one sentence each (the scripted user does up to
-#: ``user_sim.MAX_ACTIONS_PER_TURN`` = 4 per message). Train episodes: 10.4 assistant turns on average, at
-#: most 14 (one fix per turn: 16.3, at most 22).
-DEVICE_GROUPS: dict[str, tuple[str, ...]] = {
-    "basics": ("airplane", "apn", "reboot"),
-    "data_basics": ("airplane", "apn", "reboot", "data"),
-    "data_settings": ("roaming", "saver", "vpn", "mode"),
-    "mms_settings": ("wifi_calling", "sms", "storage"),
+#: the checks, then the fixes they may show a need for, of each stage of the checklist; "reboot"
+#: is asked every time (a generic step, and what makes an APN reset take effect)
+STAGES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "basics": (("network_status", "apn_settings"), ("airplane", "apn", "reboot")),
+    "data_basics": (("network_status", "apn_settings", "restriction", "vpn_status"), ("airplane", "apn", "reboot", "data")),
+    "data_settings": (("mode_status",), ("roaming", "saver", "vpn", "mode")),
+    "mms_settings": (("mode_status", "wifi_calling_status", "permissions"),
+                     ("roaming", "saver", "vpn", "mode", "wifi_calling", "sms", "storage")),
 }
+#: at most this many steps in one turn (the scripted user runs ``user_sim.MAX_ACTIONS_PER_TURN``)
+STEPS_PER_TURN = 4
 GOAL_REQUESTS = {"mms": "Please try sending a picture message now.", "data": "Please run a speed test now.",
                  "service": "Please look at your status bar now and tell me what it shows."}
 _PHONE_RE = re.compile(r"\(?\d{3}\)?[\s.-]?\d{3}[\s.-]?\d{4}")
@@ -99,20 +116,44 @@ def _transfer(summary: str) -> Plan:
   yield TRANSFER_MESSAGE
 
 
-def group_request(group: str) -> str:
-  """The one turn that asks for the steps of ``DEVICE_GROUPS[group]``: their requests, in order."""
-  return " ".join(DEVICE_REQUESTS[step][2] for step in DEVICE_GROUPS[group])
+def group_request(steps: Sequence[str]) -> str:
+  """The one turn that asks for ``steps`` (``DEVICE_REQUESTS`` keys): their requests, in order."""
+  return " ".join(DEVICE_REQUESTS[step][2] for step in steps)
+
+
+def steps_of(text: str) -> list[str]:
+  """The ``DEVICE_REQUESTS`` keys a turn of this agent asks for, in order ([] for any other turn)."""
+  out, rest = [], text
+  while rest:
+    step = next((k for k, (_, _, req) in DEVICE_REQUESTS.items() if rest == req or rest.startswith(req + " ")), None)
+    if step is None:
+      return []
+    out.append(step)
+    rest = rest[len(DEVICE_REQUESTS[step][2]):].lstrip(" ")
+  return out
+
+
+def needed(step: str, seen: Sequence[str]) -> bool:
+  """Whether the visible outputs ``seen`` show the fault fix ``step`` addresses (a step outside
+  the Verifier's fix rule, such as the reboot, always is)."""
+  from rti_jax.intervention.telecom_fixes import FIX_DIRECTION, judge_fix, last_readings, readings_in
+
+  tool, arguments, _ = DEVICE_REQUESTS[step]
+  return judge_fix(tool, arguments, FIX_DIRECTION.get(tool), last_readings(readings_in(list(seen)))) is None
 
 
 def _plan(opening: str, obs: Sequence[str], grouped: bool = True) -> Plan:
   """The checklist's turns; ``obs[i]`` is what the env answered to turn i (read only after
-  turn i is yielded). grouped: ask for each group of ``DEVICE_GROUPS`` in one turn."""
+  turn i is yielded). grouped: up to ``STEPS_PER_TURN`` steps in one turn."""
   k = 0
+
+  seen: list[str] = []  # everything the env answered so far, in order
 
   def turn(text: str) -> Generator[str, None, str]:
     nonlocal k
     yield text
     k += 1
+    seen.append(obs[k - 1])
     return obs[k - 1]
 
   o = yield from turn(ASK_PHONE)
@@ -150,15 +191,18 @@ def _plan(opening: str, obs: Sequence[str], grouped: bool = True) -> Plan:
       yield from turn(tool_call_text("send_payment_request", {"customer_id": cid, "bill_id": overdue[0]}))
       yield from turn(PAY_MESSAGE)
     yield from turn(tool_call_text("resume_line", {"customer_id": cid, "line_id": lid}))
-  def steps(group: str) -> Generator[str, None, None]:
-    if grouped:
-      yield from turn(group_request(group))
-    else:
-      for step in DEVICE_GROUPS[group]:
-        yield from turn(DEVICE_REQUESTS[step][2])
+  def ask(steps: Sequence[str]) -> Generator[str, None, None]:
+    size = STEPS_PER_TURN if grouped else 1
+    for i in range(0, len(steps), size):
+      yield from turn(group_request(steps[i:i + size]))
+
+  def stage(name: str) -> Generator[str, None, None]:
+    checks, fixes = STAGES[name]
+    yield from ask(checks)
+    yield from ask([step for step in fixes if needed(step, seen)])
 
   issue = issue_of(opening)
-  yield from steps("basics" if issue == "service" else "data_basics")
+  yield from stage("basics" if issue == "service" else "data_basics")
   if issue in ("data", "mms"):
     usage = _json((yield from turn(tool_call_text("get_data_usage", {"customer_id": cid, "line_id": lid})))) or {}
     try:
@@ -176,9 +220,7 @@ def _plan(opening: str, obs: Sequence[str], grouped: bool = True) -> Plan:
         yield from turn(tool_call_text("refuel_data", {"customer_id": cid, "line_id": lid, "gb_amount": 2.0}))
     if line.get("roaming_enabled") is False:
       yield from turn(tool_call_text("enable_roaming", {"customer_id": cid, "line_id": lid}))
-    yield from steps("data_settings")
-  if issue == "mms":
-    yield from steps("mms_settings")
+    yield from stage("mms_settings" if issue == "mms" else "data_settings")
   yield from turn(GOAL_REQUESTS[issue])
   yield f"Thank you for contacting us. {AGENT_STOP}"
 
@@ -201,8 +243,8 @@ class ChecklistAgent:
   """``act(messages)``: the checklist's next turn given the conversation so far (deterministic;
   the task is not read). After the checklist ends it stops.
 
-  grouped: ask for each group of fixes (``DEVICE_GROUPS``) in one turn (default); False: one fix
-  per turn (longer episodes; the turn counts of both are at ``DEVICE_GROUPS``).
+  grouped: ask for up to ``STEPS_PER_TURN`` checks or fixes in one turn (default); False: one
+  per turn (longer episodes).
   """
 
   def __init__(self, task: Any = None, grouped: bool = True):
