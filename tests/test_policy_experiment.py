@@ -151,7 +151,7 @@ def test_chain_recipe_matches_the_shipped_builds():
   with pytest.raises(SystemExit, match="--chain sets"):
     navigation_sft.main(["--chain", "/tmp/chain", "init=x"])
   with pytest.raises(SystemExit, match="not navigation_sft"):
-    navigation_sft.main(["--chain", "/tmp/chain", "--chain-to", "telecom_g2"])
+    navigation_sft.main(["--chain", "/tmp/chain", "--chain-to", "telecom_g3"])
   with pytest.raises(SystemExit, match="expected one of"):
     navigation_sft.main(["--chain", "/tmp/chain", "--chain-to", "b12"])
 
