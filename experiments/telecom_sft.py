@@ -79,14 +79,15 @@ def build_data(cfg: TelecomSFTConfig, log: Any) -> tuple[Any, Any, list[Any], li
       sft_tasks = sft_tasks + recombined_tasks(sft_tasks, data.recombined, seed=cfg.seed)
     except ValueError as e:
       raise SystemExit(f"data.recombined: {e}") from None
-  corpus = [text for r in range(data.phrasings) for text in td.corpus_texts(sft_tasks, td.make_env(seed=r))]
+  checks = data.checklist == "checks_first"
+  corpus = [text for r in range(data.phrasings) for text in td.corpus_texts(sft_tasks, td.make_env(seed=r), checks)]
   tok = build_tokenizer(corpus, cfg.tokenizer.vocab, pattern=td.TELECOM_PATTERN)
   fmt = ChatFormatter(tok)
   examples = []
   for r in range(data.phrasings):
     mix = td.TelecomMix(resolve_share=data.resolve_share, continue_share=data.continue_share,
                         complete_share=data.complete_share, correction_share=data.correction_share,
-                        seed=cfg.seed + 101 * r)
+                        seed=cfg.seed + 101 * r, checks=checks)
     examples += td.build_examples(sft_tasks, td.make_env(seed=r), fmt, mix)
   log(f"tokenizer: {len(tok)} tokens; {len(examples)} examples from {len(sft_tasks)} tasks x "
       f"{data.phrasings} user phrasings")

@@ -142,6 +142,29 @@ def test_checklist_solves_every_task_and_the_mistake_fails_every_task_with_a_dev
   assert fixes > len(load_split(split))  # the checks do lead to fixes
 
 
+def test_fix_first_checklist_asks_every_fix_of_a_stage_and_still_solves_the_train_tasks():
+  """``checks=False``: no checks, every fix of each stage (the Verifier's rule finds most of them
+  unjustified); the same decisive turn, and reward 1 on every train task."""
+  env = TelecomEnv(policy=CONDENSED_POLICY)
+  unjustified = 0
+  for task in load_split("train"):
+    ep = run_episode(env, ChecklistAgent(checks=False), task)
+    assert ep.reward == 1.0 and ep.num_turns <= 14, task.task_id
+    steps = [s for m in ep.messages if m["role"] == "assistant" for s in steps_of(m["content"])]
+    assert not any(DEVICE_REQUESTS[s][0].startswith("check_") and s != "sim" for s in steps)
+    d = td.decisive_index(ep.messages)
+    assert d is None or ep.messages[d]["content"] == DEVICE_REQUESTS["sim"][2]
+    unjustified += len(_unjustified_fixes(ep.messages))
+  assert unjustified > 300
+
+
+def test_sft_config_names_the_checklist():
+  from rti_jax.policy.build_config import load_telecom
+  assert load_telecom(None, ["data.checklist=fix_first"]).data.checklist == "fix_first"
+  with pytest.raises(ConfigError, match="data.checklist"):
+    load_telecom(None, ["data.checklist=sometimes"])
+
+
 def test_decisive_turn_is_the_first_device_request():
   env = td.make_env()
   task = load_split("train")[0]

@@ -145,6 +145,7 @@ class TelecomDataConfig:
   continue_share: float = 0.35  # checklist episodes, decisive turn as context
   complete_share: float = 0.5  # checklist episodes trained except the decisive turn's first token
   correction_share: float = 0.6  # correction examples (p_cal -> right turn)
+  checklist: str = "checks_first"  # what ChecklistAgent the policy imitates: checks_first | fix_first
 
 
 @dataclasses.dataclass
@@ -239,6 +240,8 @@ def validate_telecom(cfg: TelecomSFTConfig) -> TelecomSFTConfig:
   for key in ("resolve_share", "continue_share", "complete_share", "correction_share"):
     _check(0 <= getattr(cfg.data, key) <= 1, f"data.{key}", "a share in [0, 1]", getattr(cfg.data, key))
   _check(cfg.data.phrasings >= 1, "data.phrasings", "an integer >= 1", cfg.data.phrasings)
+  _check(cfg.data.checklist in ("checks_first", "fix_first"), "data.checklist", "checks_first or fix_first",
+         cfg.data.checklist)
   for key in ("holdout", "max_tasks", "recombined"):
     _check(getattr(cfg.data, key) >= 0, f"data.{key}", "an integer >= 0", getattr(cfg.data, key))
   _check(cfg.train.lr > 0, "train.lr", "> 0", cfg.train.lr)

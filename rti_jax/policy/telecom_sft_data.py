@@ -75,8 +75,8 @@ class MistakeAgent:
   """The checklist until its first device step, which it runs itself as a tool call (an error
   observation follows); then ``MISTAKE_END``."""
 
-  def __init__(self, task: Any = None):
-    self.checklist = ChecklistAgent(task)
+  def __init__(self, task: Any = None, checks: bool = True):
+    self.checklist = ChecklistAgent(task, checks=checks)
 
   def act(self, messages: list[Message]) -> str:
     if any(m.get("role") == "assistant" and _is_device_call(str(m.get("content", ""))) for m in messages):
@@ -113,6 +113,7 @@ class TelecomMix:
   complete_share: float = 0.5
   correction_share: float = 0.6
   seed: int = 0
+  checks: bool = True  # the checklist imitated checks before it fixes (False: fix-first)
 
   def __post_init__(self) -> None:
     for name in ("resolve_share", "continue_share", "complete_share", "correction_share"):
@@ -174,14 +175,14 @@ def build_examples(tasks: Sequence[TelecomTask], env: TelecomEnv, formatter: Cha
     out.append(SFTExample(task.task_id, kind, tuple(ids), tuple(mask)))
 
   for task in tasks:
-    good = play(env, ChecklistAgent(task), task)
+    good = play(env, ChecklistAgent(task, checks=mix.checks), task)
     if env.transcript.reward != 1.0:
       raise ValueError(f"task {task.task_id}: the checklist episode got reward {env.transcript.reward}, expected 1")
     d = decisive_index(good)
     if d is None:
       add(task, "plain", good)
       continue
-    bad = play(env, MistakeAgent(task), task)
+    bad = play(env, MistakeAgent(task, checks=mix.checks), task)
     if env.transcript.reward != 0.0:
       raise ValueError(f"task {task.task_id}: the mistaken episode got reward {env.transcript.reward}, expected 0")
     add(task, "trusting", bad)
@@ -201,15 +202,15 @@ def build_examples(tasks: Sequence[TelecomTask], env: TelecomEnv, formatter: Cha
   return out
 
 
-def corpus_texts(tasks: Sequence[TelecomTask], env: TelecomEnv) -> list[str]:
+def corpus_texts(tasks: Sequence[TelecomTask], env: TelecomEnv, checks: bool = True) -> list[str]:
   """Texts the tokenizer is trained on: the system prompt (``SYSTEM_REPEATS`` times, so that
   BPE, which merges pairs seen at least twice, learns its words), every message of the checklist and
   mistaken episodes of ``tasks``, and the Validator's feedback on each mistaken decisive turn."""
   texts = [env.reset(tasks[0])[0]["content"]] * SYSTEM_REPEATS if tasks else []
   for task in tasks:
-    good = play(env, ChecklistAgent(task), task)
+    good = play(env, ChecklistAgent(task, checks=checks), task)
     texts += [m["content"] for m in good[1:]]
-    bad = play(env, MistakeAgent(task), task)
+    bad = play(env, MistakeAgent(task, checks=checks), task)
     texts += [m["content"] for m in bad[1:]]
     d = decisive_index(good)
     if d is not None:

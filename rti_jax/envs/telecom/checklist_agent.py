@@ -142,9 +142,11 @@ def needed(step: str, seen: Sequence[str]) -> bool:
   return judge_fix(tool, arguments, FIX_DIRECTION.get(tool), last_readings(readings_in(list(seen)))) is None
 
 
-def _plan(opening: str, obs: Sequence[str], grouped: bool = True) -> Plan:
+def _plan(opening: str, obs: Sequence[str], grouped: bool = True, checks: bool = True) -> Plan:
   """The checklist's turns; ``obs[i]`` is what the env answered to turn i (read only after
-  turn i is yielded). grouped: up to ``STEPS_PER_TURN`` steps in one turn."""
+  turn i is yielded). grouped: up to ``STEPS_PER_TURN`` steps in one turn. checks: False asks
+  for every fix of each stage without its checks (idempotent: a setting already right stays
+  right), the fix-first checklist."""
   k = 0
 
   seen: list[str] = []  # everything the env answered so far, in order
@@ -197,8 +199,11 @@ def _plan(opening: str, obs: Sequence[str], grouped: bool = True) -> Plan:
       yield from turn(group_request(steps[i:i + size]))
 
   def stage(name: str) -> Generator[str, None, None]:
-    checks, fixes = STAGES[name]
-    yield from ask(checks)
+    stage_checks, fixes = STAGES[name]
+    if not checks:
+      yield from ask(fixes)
+      return
+    yield from ask(stage_checks)
     yield from ask([step for step in fixes if needed(step, seen)])
 
   issue = issue_of(opening)
@@ -244,17 +249,18 @@ class ChecklistAgent:
   the task is not read). After the checklist ends it stops.
 
   grouped: ask for up to ``STEPS_PER_TURN`` checks or fixes in one turn (default); False: one
-  per turn (longer episodes).
+  per turn (longer episodes). checks: False gives the fix-first checklist (every fix of a stage,
+  no checks; its fixes are mostly ``fix_without_diagnostic`` by the Verifier's rule).
   """
 
-  def __init__(self, task: Any = None, grouped: bool = True):
+  def __init__(self, task: Any = None, grouped: bool = True, checks: bool = True):
     del task  # decides from the conversation only
-    self.grouped = grouped
+    self.grouped, self.checks = grouped, checks
 
   def act(self, messages: list[Message]) -> str:
     opening, obs = observations(messages)
     n = sum(m.get("role") == "assistant" for m in messages)
-    for i, text in enumerate(_plan(opening, obs, self.grouped)):
+    for i, text in enumerate(_plan(opening, obs, self.grouped, self.checks)):
       if i == n:
         return text
     return AGENT_STOP
