@@ -130,7 +130,9 @@ def test_chain_recipe_matches_the_shipped_builds():
   shipped = {s.path for s in stages.values() if s.shipped}
   assert shipped == {"policies/navigation_base", "policies/navigation_teacher", "policies/telecom_base"}
   for stage in stages.values():
-    assert (ROOT / stage.path).is_dir() == stage.shipped, stage.name
+    # shipped: in the repository; not shipped: no longer under policies/ (a local runs/ copy may remain)
+    assert (ROOT / stage.path).is_dir() if stage.shipped else not (
+      stage.path.startswith("policies/") and (ROOT / stage.path).is_dir()), stage.name
     if stage.shipped:
       build = json.loads((ROOT / stage.path / "build.json").read_text())
       prev = stages[stage.init].path if stage.init else None
@@ -151,7 +153,7 @@ def test_chain_recipe_matches_the_shipped_builds():
   with pytest.raises(SystemExit, match="--chain sets"):
     navigation_sft.main(["--chain", "/tmp/chain", "init=x"])
   with pytest.raises(SystemExit, match="not navigation_sft"):
-    navigation_sft.main(["--chain", "/tmp/chain", "--chain-to", "telecom_g3"])
+    navigation_sft.main(["--chain", "/tmp/chain", "--chain-to", "telecom_g3f"])
   with pytest.raises(SystemExit, match="expected one of"):
     navigation_sft.main(["--chain", "/tmp/chain", "--chain-to", "b12"])
 
