@@ -138,12 +138,7 @@ class Attention(nnx.Module):
     if query_index is not None:
       return self._attend_at(x, positions, mask, inv_freq, query_index), None
     b, t, _ = x.shape
-    q = constrain(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim), Q_HEADS)
-    k = constrain(self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), KV_HEADS)
-    v = constrain(self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), KV_HEADS)
-    if self.qk_norm:
-      q, k = self.q_norm(q), self.k_norm(k)
-    q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
+    q, k, v = self._project(x, positions, x, positions, inv_freq)
     if cache is None:
       out = self._attend_uncached(q, k, v, mask, causal, lengths).reshape(b, t, self.num_heads * self.head_dim)
       return self.o_proj(constrain(out, ATTN_OUT)), None
@@ -175,18 +170,23 @@ class Attention(nnx.Module):
     out = constrain(out.transpose(0, 3, 1, 2, 4).reshape(b, t, self.num_heads * self.head_dim), ATTN_OUT)
     return self.o_proj(out), new_cache
 
+  def _project(self, xq: jax.Array, pos_q: jax.Array, xkv: jax.Array, pos_kv: jax.Array,
+               inv_freq: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """q [B, Tq, N, D] from ``xq``, k and v [B, Tk, Kv, D] from ``xkv``: projected, q/k-normed
+    (Qwen3) and rotated at their positions."""
+    q = constrain(self.q_proj(xq).reshape(*xq.shape[:2], self.num_heads, self.head_dim), Q_HEADS)
+    k = constrain(self.k_proj(xkv).reshape(*xkv.shape[:2], self.num_kv_heads, self.head_dim), KV_HEADS)
+    v = constrain(self.v_proj(xkv).reshape(*xkv.shape[:2], self.num_kv_heads, self.head_dim), KV_HEADS)
+    if self.qk_norm:
+      q, k = self.q_norm(q), self.k_norm(k)
+    return apply_rope(q, pos_q, inv_freq), apply_rope(k, pos_kv, inv_freq), v
+
   def _attend_at(self, x: jax.Array, positions: jax.Array, mask: jax.Array, inv_freq: jax.Array,
                  query_index: jax.Array) -> jax.Array:
     """The uncached attention output [B, W, E] at the positions ``query_index`` [B, W] only."""
-    b, t, _ = x.shape
-    w = query_index.shape[1]
+    b, w = query_index.shape
     take = lambda a: jnp.take_along_axis(a, query_index.reshape(b, w, *[1] * (a.ndim - 2)), axis=1)  # noqa: E731
-    q = constrain(self.q_proj(take(x)).reshape(b, w, self.num_heads, self.head_dim), Q_HEADS)
-    k = constrain(self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), KV_HEADS)
-    v = constrain(self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim), KV_HEADS)
-    if self.qk_norm:
-      q, k = self.q_norm(q), self.k_norm(k)
-    q, k = apply_rope(q, take(positions), inv_freq), apply_rope(k, positions, inv_freq)
+    q, k, v = self._project(take(x), take(positions), x, positions, inv_freq)
     out = self._attend_uncached(q, k, v, take(mask), False, None).reshape(b, w, self.num_heads * self.head_dim)
     return self.o_proj(constrain(out, ATTN_OUT))
 

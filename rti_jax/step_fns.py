@@ -176,8 +176,7 @@ def jit_step_functions(graphdef: Any, tx: optax.GradientTransformation, mesh: Me
     params = optax.apply_updates(state.params, updates)
     # The global norm before clipping, inside the program: read eagerly off sharded gradients it
     # would be one small program per parameter (a collective each across processes).
-    norm = jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(grads)))
-    metrics = {**metrics, "grad_norm": norm}
+    metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
     return TrainState(params, state.rest, opt_state), StepOutput(loss, grads, metrics)
 
   def apply(state: TrainState, g: Any, num: jax.Array, den: jax.Array) -> tuple[TrainState, StepOutput]:

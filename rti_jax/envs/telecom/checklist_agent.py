@@ -133,13 +133,18 @@ def steps_of(text: str) -> list[str]:
   return out
 
 
-def needed(step: str, seen: Sequence[str]) -> bool:
-  """Whether the visible outputs ``seen`` show the fault fix ``step`` addresses (a step outside
-  the Verifier's fix rule, such as the reboot, always is)."""
+def needed(steps: Sequence[str], seen: Sequence[str]) -> list[str]:
+  """The fix ``steps`` whose fault the visible outputs ``seen`` show, in order (a step outside the
+  Verifier's fix rule, such as the reboot, always is)."""
   from rti_jax.intervention.telecom_fixes import FIX_DIRECTION, judge_fix, last_readings, readings_in
 
-  tool, arguments, _ = DEVICE_REQUESTS[step]
-  return judge_fix(tool, arguments, FIX_DIRECTION.get(tool), last_readings(readings_in(list(seen)))) is None
+  last = last_readings(readings_in(list(seen)))
+  out = []
+  for step in steps:
+    tool, arguments, _ = DEVICE_REQUESTS[step]
+    if judge_fix(tool, arguments, FIX_DIRECTION.get(tool), last) is None:
+      out.append(step)
+  return out
 
 
 def _plan(opening: str, obs: Sequence[str], grouped: bool = True, checks: bool = True) -> Plan:
@@ -204,7 +209,7 @@ def _plan(opening: str, obs: Sequence[str], grouped: bool = True, checks: bool =
       yield from ask(fixes)
       return
     yield from ask(stage_checks)
-    yield from ask([step for step in fixes if needed(step, seen)])
+    yield from ask(needed(fixes, seen))
 
   issue = issue_of(opening)
   yield from stage("basics" if issue == "service" else "data_basics")
