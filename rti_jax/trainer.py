@@ -154,13 +154,18 @@ class Trainer:
         optax.adamw(o.lr, b1=o.b1, b2=o.b2, weight_decay=o.weight_decay),
     )
     # tx_key: trainers with the same optimizer, model, mesh and loss (the next seed, an ablation variant)
-    # share the compiled update programs.
+    # share the compiled update programs. GRPO's steps are RTI's: its batches never hold an
+    # intervened token, so ``update`` drops their intervention fields, and LOSSES["rti"] of such a
+    # batch is LOSSES["grpo"] (objectives.without_empty_intervention); GRPO and RTI trainers then
+    # share the programs of every batch without intervened tokens.
     # With a tokens-per-device budget the state is donated to the step (its buffers become the new
     # state's), unless the KL reference holds the old parameters across the step. The rollout
     # policy's signals of every minibatch are computed before the first step (``update``).
     donate = o.tokens_per_device is not None and cfg.loss.beta == 0
+    step_loss = (dataclasses.replace(self.loss_config, name="rti") if self.loss_config.name == "grpo"
+                 else self.loss_config)
     self.train_step: ShardedTrainStep = make_train_step(
-        model, self.tx, self.mesh, self.loss_config,
+        model, self.tx, self.mesh, step_loss,
         tx_key=("clip_by_global_norm+adamw", o.max_grad_norm, o.lr, o.b1, o.b2, o.weight_decay),
         remat=o.remat, vocab_chunk=o.vocab_chunk, tokens_per_device=o.tokens_per_device, scan_layers=o.scan_layers,
         donate=donate)
@@ -310,6 +315,9 @@ class Trainer:
           max_len=max_len, advantage_std=self.cfg.loss.adv_std,
           intervened_old_logp=self.cfg.loss.intervened_old_logp,
       )
+      batch = objectives.without_empty_intervention(batch)  # no intervened token: GRPO's program
+      if self.loss_config.name == "grpo" and batch.intervened_mask is not None:
+        raise RuntimeError("a GRPO batch holds intervened tokens")  # its step is RTI's (see __init__)
       rows = batch.input_ids.shape[0]
       dp = self.train_step.data_parallel_degree
       n = max((c for c in range(1, self.cfg.optim.length_chunks + 1) if rows % c == 0 and (rows // c) % dp == 0),

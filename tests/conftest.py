@@ -3,7 +3,8 @@ several test files train or roll out.
 
 The tests compile thousands of tiny programs that each run for milliseconds, so XLA's LLVM
 optimisation passes cost more than they save: ``jax_disable_most_optimizations`` turns them off
-(the HLO programs are the same; only the machine code generated from them is less tuned).
+(the HLO programs are the same; only the machine code generated from them is less tuned), and the
+older XLA:CPU fusion emitters replace the MLIR ones (``--xla_cpu_use_fusion_emitters=false``).
 ``JAX_DISABLE_MOST_OPTIMIZATIONS=0`` in the environment runs the tests with full optimisation.
 The variable is set in the environment, not only in jax's config, so that the subprocesses some
 tests start compile the same way.
@@ -19,6 +20,12 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+# XLA:CPU's MLIR fusion emitters compile a small program several times slower than the older
+# emitters (docs/benchmarks.md); the tests compile hundreds of them, so they use the older ones
+# unless XLA_FLAGS already chooses. The library's own runs keep XLA's default, which is as fast or
+# faster on the models' larger programs.
+if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_use_fusion_emitters=false").strip()
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

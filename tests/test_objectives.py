@@ -638,6 +638,30 @@ def _full_batch(seed: int = 30) -> tuple[jax.Array, O.RTIBatch]:
   return jnp.asarray(lp), b
 
 
+def test_a_batch_without_intervened_tokens_is_updated_by_grpos_own_program() -> None:
+  """Without an intervened loss token the batch drops its intervention fields, and then the RTI
+  loss is the GRPO loss by construction (the same jaxpr, so the same numbers on any backend), with
+  the same metric keys as a batch that has them; a batch with one intervened token is kept."""
+  lp, b = _full_batch(32)
+  assert O.without_empty_intervention(b) is b
+  # An intervened token outside the loss mask does not count.
+  off_loss = np.where(np.asarray(b.loss_mask) == 0, 1, 0).astype(np.int32)
+  empty = O.without_empty_intervention(dataclasses.replace(b, intervened_mask=off_loss))
+  assert (empty.roll_logp, empty.cal_logp, empty.intervened_mask) == (None, None, None)
+  np.testing.assert_array_equal(empty.old_logp, b.old_logp)
+  cfg = {n: O.LossConfig(name=n, beta=0.1) for n in ("grpo", "rti")}
+  jaxprs = {n: str(jax.make_jaxpr(lambda x, n=n: O.LOSSES[n](x, empty, cfg[n]))(lp)) for n in cfg}
+  assert jaxprs["rti"] == jaxprs["grpo"]
+  with_fields = dataclasses.replace(b, intervened_mask=np.zeros_like(off_loss))
+  kept = O.loss_from_batch(lp, with_fields, cfg["rti"])
+  dropped = O.loss_from_batch(lp, empty, cfg["rti"])
+  np.testing.assert_allclose(float(dropped[0]), float(kept[0]), rtol=1e-6)
+  for key in ("clip_frac", "clip_frac_on_policy", "clip_frac_intervened", "intervened_tokens", "on_policy_tokens",
+              "num_tokens"):
+    np.testing.assert_allclose(float(dropped[1][key]), float(kept[1][key]), rtol=1e-6, err_msg=key)
+  assert float(dropped[1]["intervened_tokens"]) == 0 and float(dropped[1]["on_policy_tokens"]) == np.sum(b.loss_mask)
+
+
 def test_registry_entries_match_the_array_functions() -> None:
   lp, b = _full_batch()
   a = dict(logp=lp, old_logp=b.old_logp, advantages=b.advantages, loss_mask=b.loss_mask)

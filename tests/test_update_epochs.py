@@ -46,6 +46,7 @@ def _batch(trainer, groups):
   max_len = bucket_length(min(longest, trainer.cfg.rollout.max_context), **UPDATE_BUCKETS)
   batch = objectives.assemble_batch(groups, pad_id=trainer.pad_id, reweight=True, max_len=max_len,
                                     advantage_std=trainer.cfg.loss.adv_std)
+  batch = objectives.without_empty_intervention(batch)
   (chunk,) = objectives.length_chunks(batch, 1, lambda n: bucket_length(min(n, max_len), **UPDATE_BUCKETS))
   return chunk
 
@@ -64,6 +65,22 @@ def test_epochs_take_the_same_steps_as_repeating_the_step_by_hand(toy_policy, tm
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)
   assert metrics["loss"] == pytest.approx((float(o1.loss) + float(o2.loss)) / 2, rel=1e-5)
   assert abs(float(o1.metrics["approx_kl_k3"])) < 1e-6 < float(o2.metrics["approx_kl_k3"])
+
+
+def test_grpo_and_rti_share_the_update_of_a_batch_without_intervened_tokens(toy_policy, tmp_path):
+  """A GRPO and an RTI trainer of one config share their jitted update; on the same rollouts
+  (no intervened token) two epochs leave exactly the same parameters and metrics."""
+  grpo = Trainer(_cfg(toy_policy, "optim.epochs=2"), tmp_path / "grpo", source=_source(), progress=False)
+  rti = Trainer(_cfg(toy_policy, "optim.epochs=2", "loss.method=rti"), tmp_path / "rti", source=_source(),
+                progress=False)
+  assert rti.train_step.step is grpo.train_step.step
+  groups = _groups(grpo)
+  assert not any(any(t.arrays()["intervened_mask"]) for g in groups for t in g)
+  want, got = grpo.update(groups), rti.update(groups)
+  assert got == want
+  for a, b in zip(jax.tree.leaves(rti.state.params), jax.tree.leaves(grpo.state.params)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert want["intervened_tokens"] == 0 and want["on_policy_tokens"] == want["num_tokens"] > 0
 
 
 def test_recomputed_behaviour_logprobs_are_transformers_tempered_logprobs(toy_policy, tmp_path):

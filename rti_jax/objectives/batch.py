@@ -175,6 +175,11 @@ def _common_metrics(logp: jax.Array, batch: RTIBatch, cfg: LossConfig) -> dict:
     out["clip_frac_on_policy"] = core.aggregate(clipped, on, "token-mean")
     out["intervened_tokens"] = jnp.sum(iv).astype(jnp.float32)
     out["on_policy_tokens"] = jnp.sum(on).astype(jnp.float32)
+  else:  # every loss token is on-policy
+    out["clip_frac_intervened"] = jnp.zeros((), jnp.float32)
+    out["clip_frac_on_policy"] = out["clip_frac"]
+    out["intervened_tokens"] = jnp.zeros((), jnp.float32)
+    out["on_policy_tokens"] = out["num_tokens"]
   return out
 
 
@@ -344,6 +349,21 @@ def assemble_batch(
     cal_logp=jnp.asarray(fields["cal_logp"]),
     intervened_mask=jnp.asarray(iv),
   ).check()
+
+
+def without_empty_intervention(batch: RTIBatch) -> RTIBatch:
+  """``batch`` without its intervention fields (``roll_logp``, ``cal_logp``, ``intervened_mask``)
+  when no loss token of it is intervened; otherwise ``batch`` itself.
+
+  Eq. 7 without a Corrector-written token is the GRPO objective, and ``LOSSES["rti"]`` of a batch
+  without these fields is ``LOSSES["grpo"]``: the same traced program. So an RTI update whose
+  interventions were all rejected (delta = 0) is GRPO's update exactly, not up to the rounding of
+  another program, and GRPO and RTI trainers can share compiled programs."""
+  if batch.intervened_mask is None:
+    return batch
+  if np.any((np.asarray(batch.intervened_mask) != 0) & (np.asarray(batch.loss_mask) != 0)):
+    return batch
+  return dataclasses.replace(batch, roll_logp=None, cal_logp=None, intervened_mask=None)
 
 
 def length_chunks(batch: RTIBatch, n: int, bucket: Callable[[int], int]) -> list[RTIBatch]:
