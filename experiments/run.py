@@ -3,12 +3,19 @@
 ``--help`` without ``--exp`` (or no ``--exp`` at all) lists the experiments; ``--exp=NAME --help``
 lists that experiment's options. Each experiment is a module of the ``experiments`` package with
 ``main(argv) -> int | None``; the options after ``--exp`` are passed to it unchanged.
+
+Compiled XLA programs are kept between runs in JAX's persistent compilation cache, so a second run
+of the same shapes (another seed, the next experiment, the same command again) loads them instead
+of compiling: ``--compile-cache DIR`` puts it elsewhere (default ``$RTI_JAX_COMPILE_CACHE``, else
+``~/.cache/rti_jax/xla``), ``--compile-cache off`` runs without it. Programs that compile in under
+half a second are not kept. A ``JAX_COMPILATION_CACHE_DIR`` set in the environment wins.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pathlib
 import sys
 from typing import Sequence
@@ -44,12 +51,34 @@ def listing() -> str:
   return "experiments:\n" + "\n".join(f"  {n:<22} {d}" for n, (_, d) in EXPERIMENTS.items())
 
 
+def default_compile_cache() -> str:
+  return os.environ.get("RTI_JAX_COMPILE_CACHE") or str(pathlib.Path.home() / ".cache" / "rti_jax" / "xla")
+
+
+def use_compile_cache(where: str, min_compile_s: float = 0.5) -> str | None:
+  """Turns JAX's persistent compilation cache on at ``where`` for programs that take at least
+  ``min_compile_s`` to compile (``off``: leaves it off); the directory in use, or None."""
+  import jax
+
+  if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    return os.environ["JAX_COMPILATION_CACHE_DIR"]  # jax has read it already
+  if where == "off":
+    return None
+  pathlib.Path(where).mkdir(parents=True, exist_ok=True)
+  jax.config.update("jax_compilation_cache_dir", where)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_s))
+  return where
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="run.py", usage="%(prog)s --exp=NAME [options of NAME]",
                                    description=__doc__.split("\n")[0], epilog=listing(), add_help=False,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--exp", help="experiment name (listed below)")
   parser.add_argument("-h", "--help", action="store_true", help="without --exp: this list; with it: its options")
+  parser.add_argument("--compile-cache", default=None, metavar="DIR|off",
+                      help="JAX's persistent compilation cache (default: $RTI_JAX_COMPILE_CACHE, else "
+                           "~/.cache/rti_jax/xla; off: none)")
   args, rest = parser.parse_known_args(None if argv is None else list(argv))
   if args.exp is None:
     if args.help:
@@ -60,6 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   if args.exp not in EXPERIMENTS:
     print(f"unknown experiment {args.exp!r}\n{listing()}", file=sys.stderr)
     return 2
+  if not args.help:
+    use_compile_cache(args.compile_cache or default_compile_cache())
   module = importlib.import_module(EXPERIMENTS[args.exp][0])
   result = module.main((["--help"] if args.help else []) + rest)
   return int(result or 0)

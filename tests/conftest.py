@@ -27,6 +27,9 @@ os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_use_fusion_emitters=false").strip()
 
+# Runs of experiments/run.py started by tests keep no compiled programs in the user's cache.
+os.environ.setdefault("RTI_JAX_COMPILE_CACHE", "off")
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
 

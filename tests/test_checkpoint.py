@@ -37,6 +37,7 @@ def _train(graphdef, tx, state, n, seed):
   return state
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path):
   graphdef, tx, state = _setup(0)
   state = _train(graphdef, tx, state, 3, seed=1)

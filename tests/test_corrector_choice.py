@@ -49,6 +49,7 @@ class _Recording:
 
 @pytest.mark.parametrize("kind, marker", [("paper", PAPER_CORRECTION_MARKER),
                                            pytest.param("feedback", FEEDBACK_MARKER, marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_trainer_samples_corrections_from_the_configured_message(nav_policy, tmp_path, kind, marker):
   """A random policy fails every Navigation task; the trainer's policy Corrector is asked to write
   each correction from p_roll plus the configured message (with the evidence only for ``paper``)."""

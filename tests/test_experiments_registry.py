@@ -4,6 +4,7 @@ listed by ``--help`` and when ``--exp`` is missing."""
 from __future__ import annotations
 
 import importlib
+import os
 import pathlib
 import subprocess
 import sys
@@ -56,3 +57,31 @@ def test_run_py_as_a_script_from_another_directory(tmp_path):
   out = subprocess.run([sys.executable, str(EXPERIMENTS_DIR / "run.py"), "--exp=navigation_sft", "--help"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120)
   assert out.returncode == 0 and "--chain" in out.stdout, out.stderr
+
+
+_CACHED_PROGRAM = """
+import sys, jax, jax.numpy as jnp
+from experiments import run
+hits = []
+jax.monitoring.register_event_listener(lambda name, **kw: hits.append(name))
+print(run.use_compile_cache(sys.argv[1], min_compile_s=0.0))
+jax.jit(lambda x: jnp.tanh(x) @ x.T)(jnp.ones((8, 8))).block_until_ready()
+print(sum(h == "/jax/compilation_cache/cache_hits" for h in hits))
+"""
+
+
+def test_a_second_process_loads_the_first_ones_programs_from_the_compile_cache(tmp_path):
+  env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+  env["PYTHONPATH"] = os.pathsep.join(p for p in (str(EXPERIMENTS_DIR.parent), env.get("PYTHONPATH")) if p)
+  cache = tmp_path / "xla"
+
+  def once(where):
+    out = subprocess.run([sys.executable, "-c", _CACHED_PROGRAM, where], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.split()
+
+  assert once(str(cache)) == [str(cache), "0"] and any(cache.iterdir())
+  where, hits = once(str(cache))
+  assert where == str(cache) and int(hits) >= 1  # the matmul program, and the eager ones before it
+  assert once("off") == ["None", "0"]

@@ -408,6 +408,7 @@ def test_no_false_alarm_on_the_gold_agent_across_all_tasks(agent_cls):
   assert len(steps) > 114 * 5 and flagged == []
 
 
+@pytest.mark.slow
 def test_validator_fires_on_do_nothing_and_naive_agents_over_the_train_tasks():
   train = load_split("train")
   stop = [judged_episode(DoNothingAgent(t), t) for t in train]
@@ -430,6 +431,7 @@ def test_validator_fires_on_do_nothing_and_naive_agents_over_the_train_tasks():
   assert chat[0][1].is_valid and all(j.error_types == (POINTLESS_REPEAT,) for _, j in chat[1:])
 
 
+@pytest.mark.slow
 def test_verifier_on_gold_steps_rejects_only_unlooked_up_prices_and_unseen_fixes():
   """Residue, measured. The gold replay is built from the evidence: it quotes a refuel price without
   looking the plan up, and it asks for each device fix without a check. The Verifier is meant for
@@ -455,6 +457,7 @@ def test_verifier_on_gold_steps_rejects_only_unlooked_up_prices_and_unseen_fixes
   assert (prices, fixes) == (7, 290)
 
 
+@pytest.mark.slow
 def test_following_the_hints_repairs_every_naive_train_episode():
   """Self-intervention in miniature: at each flagged step the agent writes the Validator's visible
   suggestion as its message; the Verifier checks it; the episode goes on from it. The hints are

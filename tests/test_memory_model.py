@@ -63,6 +63,7 @@ def test_hidden_token_logprobs_match_a_numpy_log_softmax() -> None:
     np.testing.assert_allclose(np.asarray(tied), ref, atol=2e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tie", [False, True])
 def test_vocab_chunked_logprobs_equal_the_full_logits_path(tie: bool) -> None:
   graphdef, params, rest = nnx.split(tiny(tie), nnx.Param, ...)
@@ -166,6 +167,7 @@ def test_micro_batch_count_from_the_tokens_per_device_budget() -> None:
   assert MemoryModel(micro_batches=3).count(12, 8, 1) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", [24, 48])
 def test_step_with_the_memory_model_equals_the_plain_step(budget: int) -> None:
   """remat full + vocab chunks + micro-batches from a token budget (donated state), with the layers
@@ -209,6 +211,7 @@ def test_memory_model_rejects_bad_settings() -> None:
     S.make_train_step(tiny(), optax.sgd(0.1), mesh, LossConfig(), remat="all")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("remat", ["none", "full"])
 def test_scanned_layers_equal_the_layer_loop(remat: str) -> None:
   """The layers as one scan over a stacked view: same log-probs and gradients, same parameter tree."""

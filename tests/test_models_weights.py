@@ -280,6 +280,7 @@ def test_a_freshly_initialised_model_saves_for_transformers(tmp_path):
   assert np.abs(ref).max() > 0.01
 
 
+@pytest.mark.slow
 def test_bf16_compute_with_fp32_master_weights(tmp_path):
   """param_dtype=float32 with dtype=bfloat16: the checkpoint's fp32 values are kept exactly,
   the forward runs in bf16, and a paper-size step (Adam, lr 1e-6) moves the fp32 parameters;

@@ -23,6 +23,7 @@ def episodes(name):
   return b, out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny", "paper"])
 def test_oracle_scores_100_and_naive_fails_exactly_the_disambiguation_tasks(name):
   _, eps = episodes(name)

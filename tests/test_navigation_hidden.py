@@ -64,6 +64,7 @@ def test_default_share_leaves_world_tasks_and_prompts_as_before():
 # --- shares and construction ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny", "paper"])
 def test_hidden_tasks_at_the_configured_share_in_train_and_test(name):
   b = bench(name)

@@ -36,6 +36,7 @@ def model_and_ref(qwen3_ckpt):
   return models.from_pretrained(path)[0], ref
 
 
+@pytest.mark.slow
 def test_greedy_turns_equal_the_uncached_sampler_and_reuse_the_conversation(model_and_ref):
   model, ref = model_and_ref
   starts = [SYSTEM + [50, 51], SYSTEM + [55], SYSTEM + [70, 71, 72, 73], [9, 8, 7]]
@@ -85,6 +86,7 @@ def test_sampling_with_the_cache_follows_the_same_law(model_and_ref):
   assert _chi2_pvalue(np.concatenate(out.tokens), probs, n) > 1e-3
 
 
+@pytest.mark.slow
 def test_sub_batches_and_weight_sync(model_and_ref):
   model, _ = model_and_ref
   prompts = [SYSTEM + [50 + i] for i in range(5)]

@@ -136,6 +136,7 @@ def test_correction_prompt_is_the_rollout_prompt_plus_a_user_message(tok, fmt):
   assert text == '<think>\nwhy\n</think>\n\n<tool_call>\n{"name": "poi_search", "arguments": {"address": "A"}}\n</tool_call>'
 
 
+@pytest.mark.slow
 def test_jax_backend_end_to_end_batch_matches_model_logprobs(tok):
   """Real sampler: rollouts + intervention + batch; old_logp equals the model's own log-probs."""
   import jax.numpy as jnp

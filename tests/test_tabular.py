@@ -220,6 +220,7 @@ def experiment(tmp_path_factory):
   return exp, exp.run(exp.TabularConfig(), out), out
 
 
+@pytest.mark.slow
 def test_experiment_writes_json_and_pngs(experiment):
   _, res, out = experiment
   saved = json.loads((out / "results.json").read_text())
@@ -231,6 +232,7 @@ def test_experiment_writes_json_and_pngs(experiment):
   assert res["summaries"]["RTI"]["pass@1"] == pytest.approx(saved["summaries"]["RTI"]["pass@1"])
 
 
+@pytest.mark.slow
 def test_delta_zero_reproduces_grpo_exactly(experiment):
   _, res, _ = experiment
   hist = res["history"]
@@ -241,6 +243,7 @@ def test_delta_zero_reproduces_grpo_exactly(experiment):
   assert not np.array_equal(hist["delta=5"]["pass@1"], hist["GRPO"]["pass@1"])
 
 
+@pytest.mark.slow
 def test_grpo_stalls_and_rti_with_oracle_gate_and_reweighting_learns(experiment):
   _, res, _ = experiment
   s = res["summaries"]
@@ -252,6 +255,7 @@ def test_grpo_stalls_and_rti_with_oracle_gate_and_reweighting_learns(experiment)
   assert s["RTI"]["total_accepted"] > 100
 
 
+@pytest.mark.slow
 def test_leaking_corrector_without_verifier_harms_learning(experiment):
   _, res, _ = experiment
   s, hist = res["summaries"], res["history"]
@@ -262,6 +266,7 @@ def test_leaking_corrector_without_verifier_harms_learning(experiment):
   assert s["RTI w/o Post-Check"]["pass@1"] < s["RTI (oracle, no leaks)"]["pass@1"] - 0.3
 
 
+@pytest.mark.slow
 def test_delta_sweep_has_the_papers_shape(experiment):
   _, res, _ = experiment
   hist = res["history"]
@@ -276,6 +281,7 @@ def test_delta_sweep_has_the_papers_shape(experiment):
   assert res["summaries"]["RTI w/o PPL Gating"]["pass@1"] == res["summaries"]["delta=inf"]["pass@1"]
 
 
+@pytest.mark.slow
 def test_training_is_deterministic_for_a_fixed_seed(experiment):
   exp, res, _ = experiment
   again = TB.train_variants(TB.ablation_variants() + TB.delta_variants(), exp.TabularConfig().world,

@@ -218,6 +218,7 @@ def _tau2_env() -> Any:
   return tb.tau2_modules()["environment"].get_environment()
 
 
+@pytest.mark.slow
 def test_same_tools_and_arguments_as_tau2():
   env = _tau2_env()
   theirs = {t.name: t.openai_schema["function"]["parameters"] for t in env.get_tools()}
@@ -231,6 +232,7 @@ def test_same_tools_and_arguments_as_tau2():
     assert set(tool.params) == set(user[name]["properties"]), name
 
 
+@pytest.mark.slow
 def test_tool_replies_are_tau2s_own():
   task = TASKS[0]
   rec = play_steps(TelecomEnv(), task, [("say", "Hello"), ("user", "check_status_bar", {}),

@@ -151,6 +151,7 @@ def _bf16_model(family: str = "qwen3") -> Qwen:
   return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", list(MESHES))
 def test_bf16_decode_copy_gives_exactly_the_numbers_of_the_fp32_master_weights(family):
   """Casting the parameters once is what a bf16-compute module does before each use."""

@@ -139,6 +139,7 @@ def sweep() -> dict[float, list[dict]]:
           for lam in (0.0, 0.1)}
 
 
+@pytest.mark.slow
 def test_min_grad_norm_stays_under_eq10_bound_and_assumptions_hold(sweep):
   for lam, res in sweep.items():
     for r in res:
@@ -188,6 +189,7 @@ def test_bad_arguments_raise_named_errors():
     T.loglog_slope([1, 2], [1.0, 0.0])
 
 
+@pytest.mark.slow
 def test_experiment_run_writes_json_and_pngs(tmp_path):
   from experiments import theorem as exp
   cfg = exp.TheoremConfig(iters=(100, 1000), lams=(0.0, 0.1), surcharge_lams=(0.0, 0.2), surcharge_eps_cals=(0.1,),

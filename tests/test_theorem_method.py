@@ -131,6 +131,7 @@ def test_intervened_row_is_a_successful_pull_of_the_best_arm_in_an_all_fail_grou
   np.testing.assert_allclose(tr["replaced"], iv[..., 0].mean(-1))
 
 
+@pytest.mark.slow
 def test_trigger_rate_matches_exact_all_fail_probability():
   # alpha = 0 keeps theta at theta_0: every group is an independent draw at the same policy.
   k, s = 300, 64
@@ -149,6 +150,7 @@ def test_trigger_rate_matches_exact_all_fail_probability():
   assert 0.3 < summary["trigger_start"] < 0.5  # the hard bandit triggers in the range of a real run
 
 
+@pytest.mark.slow
 def test_pulls_follow_the_policy_and_the_success_probabilities():
   k, s = 200, 32
   # record the draws at alpha = 0 (theta stays at theta_0) on a 2-arm bandit with a known policy
@@ -163,6 +165,7 @@ def test_pulls_follow_the_policy_and_the_success_probabilities():
     assert abs(m.mean() - p) < 4 * math.sqrt(p * (1 - p) / m.size)
 
 
+@pytest.mark.slow
 def test_clip_fraction_is_zero_with_one_epoch_and_positive_with_four():
   k, s = 100, 16
   one = M.simulate_method(PROB, M.MethodConfig(alpha=2.0, epochs=1), k, n_seeds=s)
@@ -204,6 +207,7 @@ def hard_runs():
   return out
 
 
+@pytest.mark.slow
 def test_intervention_lifts_the_policy_past_its_capability_on_the_hard_bandit(hard_runs):
   on, off = hard_runs[True], hard_runs[False]
   assert 0.3 < on["trigger_start"] < 0.5 and on["trigger_end"] < 0.02  # decays as the policy learns
@@ -218,6 +222,7 @@ def test_intervention_lifts_the_policy_past_its_capability_on_the_hard_bandit(ha
     assert abs(s["trigger_rate"] - s["exact_trigger_rate"]) < 4 * se, (s["trigger_rate"], s["exact_trigger_rate"])
 
 
+@pytest.mark.slow
 def test_summary_bounds_hold_and_failed_assumptions_are_reported(hard_runs):
   for s in hard_runs.values():
     assert s["align_sum"] > 0 and s["under_eq20"]

@@ -170,6 +170,7 @@ def test_length_chunked_update_equals_the_single_batch_update(toy_policy, tmp_pa
   assert r3[0]["grad_norm"] == pytest.approx(r1[0]["grad_norm"], rel=1e-4)
 
 
+@pytest.mark.slow
 def test_validation_split_is_kept_out_of_rollouts_and_monitored(toy_policy, tmp_path):
   """train.val_tasks: the last N train tasks are never rolled out in training; they are the
   periodic evaluation; the test split is untouched by training."""
