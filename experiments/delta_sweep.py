@@ -34,7 +34,9 @@ from rti_jax import experiment, reporting
 from rti_jax.config import load_config
 
 DELTAS = (0.0, 3.0, 5.0, 20.0, math.inf)
-#: per-iteration keys present in an RTI record but not in GRPO's loss metrics.
+#: per-iteration loss metrics left out of the comparison: the calibration weight (reported only with
+#: intervened tokens), and the per-kind token counts and clip fractions, which GRPO runs made by
+#: earlier versions (reusable through ``--reuse``) do not report.
 RTI_ONLY_METRICS = ("cal_weight_mean", "intervened_tokens", "on_policy_tokens", "clip_frac_intervened",
                     "clip_frac_on_policy")
 

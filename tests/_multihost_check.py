@@ -29,8 +29,10 @@ POLICY, OUT, MODE = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3]
 PID = int(sys.argv[4]) if MODE == "multi" else 0
 # Ops run on their device's thread (no intra-op tasks queued behind threads blocked in a collective's
 # rendezvous); a rendezvous that still starves aborts after 120 s (XLA's in-process CPU collectives).
-os.environ["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count={8 if MODE == 'single' else 4} "
-                           "--xla_cpu_multi_thread_eigen=false --xla_cpu_collective_call_terminate_timeout_seconds=120")
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + f" --xla_force_host_platform_device_count={8 if MODE == 'single' else 4}"
+                           " --xla_cpu_multi_thread_eigen=false --xla_cpu_collective_call_terminate_timeout_seconds=120"
+                           ).strip()
 
 _WRITES: list[str] = []
 _ROOT = str(OUT.resolve())

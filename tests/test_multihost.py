@@ -158,7 +158,7 @@ def _free_port() -> int:
 
 def _env() -> dict[str, str]:
   env = dict(os.environ)
-  env.pop("XLA_FLAGS", None)  # the check forces its own device count
+  # XLA_FLAGS as the tests set it (tests/conftest.py); the check adds its own device count
   env["JAX_PLATFORMS"] = "cpu"
   return env
 

@@ -213,7 +213,7 @@ def test_trainer_loads_onto_its_mesh_and_keeps_one_copy(toy_policy, tmp_path):
 @pytest.fixture(scope="module")
 def tp_report() -> dict:
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)
+  # XLA_FLAGS as the tests set it (tests/conftest.py); the script adds its device count
   env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p)
   proc = subprocess.run([sys.executable, str(HERE / "_tp_check.py"), *(f"{f}:{','.join(m)}" for f, m in MESHES.items())],
                         capture_output=True, text=True, env=env, cwd=HERE.parent, timeout=1500)
@@ -263,7 +263,7 @@ def test_parameters_and_decode_copy_use_the_tensor_axis(tp_report):
 
 def _trainer_run(policy: str, run_dir: pathlib.Path, mesh: tuple[int, int, int]) -> dict:
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)
+  # XLA_FLAGS as the tests set it (tests/conftest.py); the script adds its device count
   env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH")) if p)
   for attempt in range(2):  # once more after XLA's rendezvous abort (thread starvation under load)
     proc = subprocess.run([sys.executable, str(HERE / "_tp_trainer_check.py"), policy, str(run_dir), *map(str, mesh)],
