@@ -70,6 +70,7 @@ print(sum(h == "/jax/compilation_cache/cache_hits" for h in hits))
 """
 
 
+@pytest.mark.slow
 def test_a_second_process_loads_the_first_ones_programs_from_the_compile_cache(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
   env["PYTHONPATH"] = os.pathsep.join(p for p in (str(EXPERIMENTS_DIR.parent), env.get("PYTHONPATH")) if p)
