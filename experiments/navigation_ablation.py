@@ -13,11 +13,17 @@ pass@1..4 and pass^1..4 (percent, mean over seeds; a k above ``train.eval_sample
 shown as nan). The run dir gets ``results.json``, ``table.md``, ``ablation.png`` (pass@k and
 pass^k against k per variant) and the per-iteration plots of ``rti_jax.experiment.plot``.
 
-The Corrector is the config's ``intervention.corrector``: the paper's (App. A.1's inputs, the
-evidence concealed) in ``--config navigation_qwen3_8b``, the paper-scale setting of Table 3; the
-feedback-only one in the default tiny config, whose policy was fine-tuned on that message.
-``--corrector paper`` (or ``intervention.corrector=paper``) runs the paper's Corrector on any
-config; the choice is recorded in ``results.json`` (``corrector``) and in the table's title.
+Table 3 measures what each check stops, so the experiment runs the paper's Corrector by default
+(``--corrector paper``: App. A.1's inputs, the evidence l among them, told to conceal it);
+``--corrector feedback`` is the tiny config's own message (visible values only, the one its policy
+was fine-tuned on). ``--hidden-city-share S`` adds hidden-city tasks to train and test
+(docs/navigation.md): there a correction that names the city from l succeeds but cannot be
+learned, and only the Verifier stands between it and the update. It defaults to the config's
+``env.hidden_city_share``: 0.3 in ``navigation_qwen3_8b``, 0 in the tiny config, whose shipped
+policy was never trained on the system message that offers ``ask_user`` and fails most ordinary
+tasks under it (docs/research_log.md). Both come before the command line's ``key=value``
+overrides, which win; the choices are recorded in ``results.json`` (``corrector``,
+``hidden_city_share``) and in the table's title.
 """
 
 from __future__ import annotations
@@ -54,13 +60,22 @@ QUICK = [*nav_exp.QUICK, "train.eval_samples=4"]
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
   p = experiment.common_parser("run.py --exp=navigation_ablation", __doc__, "runs/<name>-ablation-<time>")
   p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-  p.add_argument("--corrector", default=None, choices=CORRECTORS,
-                 help="the Corrector of every RTI variant (default: the config's intervention.corrector; "
-                      "paper in navigation_qwen3_8b, feedback in the tiny navigation config)")
+  p.add_argument("--corrector", default="paper", choices=CORRECTORS,
+                 help="the Corrector of every RTI variant (default: paper, App. A.1's; feedback: the tiny "
+                      "config's visible-only message)")
+  p.add_argument("--hidden-city-share", type=float, default=None,
+                 help="share of hidden-city tasks in train and test (default: the config's env.hidden_city_share)")
   args, unknown = experiment.split_overrides(p, argv)
-  if args.corrector is not None:
-    args.overrides.append(f"intervention.corrector={args.corrector}")
+  args.overrides[:0] = table3_setting(args.corrector, args.hidden_city_share)
   return args, unknown
+
+
+def table3_setting(corrector: str, hidden_city_share: float | None = None) -> list[str]:
+  """The overrides that put a config in the ablation's setting (placed before the user's own)."""
+  out = [f"intervention.corrector={corrector}"]
+  if hidden_city_share is not None:
+    out.append(f"env.hidden_city_share={hidden_city_share}")
+  return out
 
 
 def table3_rows(results: dict[str, Any], part: str = "all") -> tuple[list[str], list[list[Any]]]:
@@ -154,12 +169,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
   overrides, out = prepared
   variants = {v: VARIANTS[v] for v in args.variants}
-  corrector = load_config(args.config, overrides).intervention.corrector
+  cfg = load_config(args.config, overrides)
   results = experiment.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
                         reuse=args.reuse)
-  results["corrector"] = corrector
+  results["corrector"], results["hidden_city_share"] = cfg.intervention.corrector, cfg.env.hidden_city_share
   report(results, out, f"Navigation ablation, held-out test split ({len(args.seeds)} seed(s), %; Table 3 layout; "
-                       f"{corrector} Corrector)")
+                       f"{cfg.intervention.corrector} Corrector, hidden-city share {cfg.env.hidden_city_share:g})")
   return 0
 
 

@@ -8,8 +8,10 @@ The variants of ``--exp=navigation_ablation`` (GRPO, RTI w/o Post-Check, w/o PPL
 Reweight, RTI), trained from the config's Telecom base policy with the same budget and seed and
 evaluated on the Telecom test split (``--test-tasks N``: its first N tasks). The run dir gets
 ``results.json``, ``table.md`` (Table 3's layout, then the intervention counters and clip
-fractions per variant), ``ablation.png`` and the per-iteration plots. ``--corrector`` as in the
-Navigation ablation.
+fractions per variant), ``ablation.png`` and the per-iteration plots. As in the Navigation
+ablation the paper's Corrector is the default (``--corrector paper``: it reads the backend records
+and the fix the evidence names, told to conceal both); ``--corrector feedback`` is the tiny
+config's own.
 """
 
 from __future__ import annotations
@@ -33,13 +35,13 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
   p = experiment.common_parser("run.py --exp=telecom_ablation", __doc__, "runs/<name>-ablation-<time>")
   p.set_defaults(config="telecom")
   p.add_argument("--variants", nargs="+", default=list(nav_ab.VARIANTS), choices=list(nav_ab.VARIANTS))
-  p.add_argument("--corrector", default=None, choices=CORRECTORS,
-                 help="the Corrector of every RTI variant (default: the config's intervention.corrector)")
+  p.add_argument("--corrector", default="paper", choices=CORRECTORS,
+                 help="the Corrector of every RTI variant (default: paper, App. A.1's; feedback: the tiny "
+                      "config's visible-only message)")
   p.add_argument("--test-tasks", type=int, default=None,
                  help=f"evaluate only the first N test tasks (default all; {tel_exp.QUICK_TEST_TASKS} with --quick)")
   args, unknown = experiment.split_overrides(p, argv)
-  if args.corrector is not None:
-    args.overrides.append(f"intervention.corrector={args.corrector}")
+  args.overrides[:0] = nav_ab.table3_setting(args.corrector)
   return args, unknown
 
 

@@ -38,6 +38,6 @@ def test_counters_sum_over_iterations_and_average_over_seeds():
 def test_telecom_ablation_defaults_to_the_telecom_config_and_takes_the_navigation_variants(tmp_path):
   args, unknown = tel_ab.parse_args(["--corrector", "paper", "--test-tasks", "5", "train.iterations=2"])
   assert args.config == "telecom" and args.test_tasks == 5 and not unknown
-  assert args.overrides == ["train.iterations=2", "intervention.corrector=paper"]
+  assert args.overrides == ["intervention.corrector=paper", "train.iterations=2"]
   assert args.variants == list(nav_ab.VARIANTS)
   assert tel_ab.main(["--config", "navigation", "--out", str(tmp_path / "x")]) == 2  # not a Telecom config

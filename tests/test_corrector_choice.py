@@ -26,14 +26,27 @@ def test_override_and_a_bad_value():
 
 
 def test_ablation_switch_sets_every_variants_corrector():
-  args, _ = navigation_ablation.parse_args(["--corrector", "paper", "train.iterations=2"])
-  assert args.overrides == ["train.iterations=2", "intervention.corrector=paper"]
+  args, _ = navigation_ablation.parse_args(["--corrector", "feedback", "train.iterations=2"])
+  assert args.overrides == ["intervention.corrector=feedback", "train.iterations=2"]
   for overrides in navigation_ablation.VARIANTS.values():
-    assert load_config("navigation", ["policy.path=x", *args.overrides, *overrides]).intervention.corrector == "paper"
-  args, _ = navigation_ablation.parse_args([])  # the default keeps the config's own choice
-  assert args.corrector is None and args.overrides == []
+    assert load_config("navigation", ["policy.path=x", *args.overrides, *overrides]).intervention.corrector == "feedback"
   with pytest.raises(SystemExit):
     navigation_ablation.parse_args(["--corrector", "oracle"])
+
+
+def test_table3_experiments_default_to_the_paper_corrector_and_the_configs_share():
+  from experiments import telecom_ablation
+
+  args, _ = navigation_ablation.parse_args([])
+  assert args.overrides == ["intervention.corrector=paper"]
+  for name, share in [("navigation", 0.0), ("navigation_qwen3_8b", 0.3)]:
+    cfg = load_config(name, ["policy.path=x", *args.overrides])
+    assert (cfg.intervention.corrector, cfg.env.hidden_city_share) == ("paper", share)
+  args, _ = navigation_ablation.parse_args(["--hidden-city-share", "0.3", "intervention.corrector=feedback"])
+  cfg = load_config("navigation", ["policy.path=x", *args.overrides])  # the command line's key=value wins
+  assert (cfg.intervention.corrector, cfg.env.hidden_city_share) == ("feedback", 0.3)
+  args, _ = telecom_ablation.parse_args([])
+  assert load_config("telecom", ["policy.path=x", *args.overrides]).intervention.corrector == "paper"
 
 
 class _Recording:
