@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def quick_build(tmp_path_factory):
   """One quick build (its run directory), shared by the tests that read it or continue from it."""
   out = tmp_path_factory.mktemp("navigation_sft") / "run"
-  assert navigation_sft.main(["--quick", "--no-eval", "--out", str(out), "train.epochs=0.5",
+  assert navigation_sft.main(["--quick", "--no-eval", "--out", str(out), "train.epochs=0.1",
                               "name_drills.examples=40", "data.check_line=true"]) == 0
   return out
 
@@ -40,10 +40,10 @@ def test_quick_build_writes_checkpoint_metrics_and_plot(quick_build):
   assert metrics["data"]["kinds"]["check_drill"] == 150 and metrics["check_line"] is True  # of 3000
   build = json.loads((out / "policy" / "build.json").read_text())
   assert build["check_line"] is True and build["quick"] is True
-  assert build["overrides"] == ["train.epochs=0.5", "name_drills.examples=40", "data.check_line=true"]
+  assert build["overrides"] == ["train.epochs=0.1", "name_drills.examples=40", "data.check_line=true"]
   # the record is the resolved config: the same overrides give the same config again
   assert build["config"] == build_config.to_dict(build_config.load_navigation(None, build["overrides"], quick=True))
-  assert build["config"]["train"]["epochs"] == 0.5 and build["config"]["model"]["hidden"] == 32
+  assert build["config"]["train"]["epochs"] == 0.1 and build["config"]["model"]["hidden"] == 32
   from rti_jax.envs import navigation as nav
 
   train = nav.load_benchmark("tiny").train
@@ -62,7 +62,7 @@ def test_init_continues_from_a_policy_dir_with_its_tokenizer_and_config(quick_bu
   from safetensors.numpy import load_file
 
   first, second = quick_build, tmp_path / "b"
-  assert navigation_sft.main(["--quick", "--no-eval", "--out", str(second), "train.epochs=0.2", "train.lr=1e-3",
+  assert navigation_sft.main(["--quick", "--no-eval", "--out", str(second), "train.epochs=0.05", "train.lr=1e-3",
                               f"init={first / 'policy'}", "data.check_line=false"]) == 0
   metrics = json.loads((second / "metrics.json").read_text())
   assert metrics["init"] == str(first / "policy") and metrics["name_drills"] is None and metrics["check_line"] is False

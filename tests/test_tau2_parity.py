@@ -35,6 +35,24 @@ from rti_jax.envs.telecom.scripted_agents import (  # noqa: E402
     DoNothingAgent, gold_agent_turns, run_episode, tool_call_text)
 from rti_jax.envs.telecom.tasks import Action, load_split  # noqa: E402
 
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _parsed_once():
+  """tau2 parses its Telecom databases from TOML each time it builds an environment (three times per
+  scored episode), which was most of the sweep's time. Here each file is parsed once and every load
+  gets its own deep copy of the parsed data: the same databases, validated by tau2's models as before."""
+  import copy
+  import functools
+
+  import tau2.environment.db as tau2_db
+
+  parse = functools.lru_cache(maxsize=None)(tau2_db.load_file)
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(tau2_db, "load_file", lambda path, **kw: copy.deepcopy(parse(path, **kw)))
+    yield
+
+
 STOP = f"Thank you for contacting us. {AGENT_STOP}"
 TASKS = load_split("base")
 CID, LID = "C1001", "L1002"  # the customer and line of every base task
