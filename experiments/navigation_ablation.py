@@ -91,6 +91,17 @@ def table3_rows(results: dict[str, Any], part: str = "all") -> tuple[list[str], 
   return cols, rows
 
 
+def per_seed_rows(results: dict[str, Any], key: str = "pass@1") -> tuple[list[str], list[list[Any]]]:
+  """``key`` (percent) of each method per seed, then the mean and the spread (max - min) over seeds."""
+  seeds = list(results["runs"])
+  cols = ["method", *[f"seed {s}" for s in seeds], "mean", "max - min"]
+  rows = []
+  for method in results["methods"]:
+    xs = [100 * float(results["runs"][s][method]["all"][key]) for s in seeds]
+    rows.append([NAMES.get(method, method), *xs, float(np.mean(xs)), max(xs) - min(xs)])
+  return cols, rows
+
+
 #: (column, record key) of the intervention counters, summed over a training's iterations.
 COUNTERS = (("groups triggered", "rti/groups_triggered"), ("corrections", "rti/corrections_generated"),
             ("Verifier rejected", "rti/verifier_rejected"), ("PPL rejected", "rti/ppl_rejected"),
@@ -152,6 +163,9 @@ def report(results: dict[str, Any], out: pathlib.Path, title: str) -> None:
     tables.append(reporting.print_table("... on the tasks that need disambiguation (%)", dcols, drows))
     results["table_disambiguation"] = {"columns": dcols, "rows": drows}
   results["table"] = {"columns": cols, "rows": rows}
+  scols, srows = per_seed_rows(results)
+  tables.append(reporting.print_table("pass@1 per seed (%)", scols, srows))
+  results["table_per_seed"] = {"columns": scols, "rows": srows}
   ccols, crows = counter_rows(results)
   tables.append(reporting.print_table("Intervention counters per training (sum over iterations, mean over seeds) "
                                       "and mean clip fractions", ccols, crows, floatfmt="{:.3g}"))

@@ -35,6 +35,17 @@ def test_counters_sum_over_iterations_and_average_over_seeds():
   assert grpo[1:8] == [0.0] * 7 and math.isnan(grpo[8]) and grpo[9] == pytest.approx(0.2)
 
 
+def test_per_seed_table_lists_each_seeds_pass_at_1_with_mean_and_spread():
+  results = {"methods": ["base", "rti"], "runs": {
+      0: {"base": {"all": {"pass@1": 0.5}}, "rti": {"all": {"pass@1": 0.75}}},
+      2: {"base": {"all": {"pass@1": 0.25}}, "rti": {"all": {"pass@1": 0.8}}},
+  }}
+  cols, rows = nav_ab.per_seed_rows(results)
+  assert cols == ["method", "seed 0", "seed 2", "mean", "max - min"]
+  assert rows[0] == ["Base policy", 50.0, 25.0, 37.5, 25.0]
+  assert rows[1][0] == "RTI" and rows[1][1:] == pytest.approx([75.0, 80.0, 77.5, 5.0])
+
+
 def test_telecom_ablation_defaults_to_the_telecom_config_and_takes_the_navigation_variants(tmp_path):
   args, unknown = tel_ab.parse_args(["--corrector", "paper", "--test-tasks", "5", "train.iterations=2"])
   assert args.config == "telecom" and args.test_tasks == 5 and not unknown
