@@ -17,6 +17,10 @@ delta = 0 rejects every correction; since only a rollout with an applied correct
 replace a group member, that run trains exactly like GRPO. The run checks this: with the GRPO
 reference present, ``delta0_equals_grpo`` in ``results.json`` is True iff every per-iteration
 training metric (wall-time keys and the ``rti/*`` intervention counters excluded) is equal.
+
+The sweep runs in the Table-3 experiment's setting (``--corrector``, default the paper's, and
+``--hidden-city-share``, as in ``--exp=navigation_ablation``), so that its GRPO and delta = inf
+runs are that experiment's GRPO and w/o PPL Gating and ``--reuse`` can take them from there.
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from experiments import navigation as nav_exp
+from experiments import navigation_ablation
 from rti_jax import experiment, reporting
 from rti_jax.config import load_config
+from rti_jax.intervention.prompting import CORRECTORS
 
 DELTAS = (0.0, 3.0, 5.0, 20.0, math.inf)
 #: per-iteration loss metrics left out of the comparison: the calibration weight (reported only with
@@ -66,7 +72,13 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
   p.add_argument("--deltas", nargs="+", default=[str(d) for d in DELTAS],
                  help="PPL-gate thresholds (numbers >= 0 or inf)")
   p.add_argument("--no-grpo", action="store_true", help="skip the GRPO reference run")
-  return experiment.split_overrides(p, argv)
+  p.add_argument("--corrector", default="paper", choices=CORRECTORS,
+                 help="the Corrector of every RTI run (default: paper, as in --exp=navigation_ablation)")
+  p.add_argument("--hidden-city-share", type=float, default=None,
+                 help="share of hidden-city tasks in train and test (default: the config's env.hidden_city_share)")
+  args, unknown = experiment.split_overrides(p, argv)
+  args.overrides[:0] = navigation_ablation.table3_setting(args.corrector, args.hidden_city_share)
+  return args, unknown
 
 
 def sweep_variants(deltas: Sequence[float], with_grpo: bool = True) -> dict[str, list[str]]:
@@ -176,8 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   key = pass_key(base.train.eval_samples)
   cols, rows = sweep_rows(results, key)
   tables = [reporting.print_table(f"Delta sweep, held-out test split ({len(args.seeds)} seed(s); % and counts "
-                                  "summed over training)", cols, rows)]
+                                  f"summed over training; {base.intervention.corrector} Corrector, hidden-city share "
+                                  f"{base.env.hidden_city_share:g})", cols, rows)]
   results["table"] = {"columns": cols, "rows": rows}
+  results["corrector"], results["hidden_city_share"] = base.intervention.corrector, base.env.hidden_city_share
   zero = delta_label(0.0)
   if "grpo" in variants and zero in variants:
     diffs = {s: record_differences(r[f"{zero}_records"], r["grpo_records"]) for s, r in results["runs"].items()}

@@ -49,6 +49,21 @@ def test_table3_experiments_default_to_the_paper_corrector_and_the_configs_share
   assert load_config("telecom", ["policy.path=x", *args.overrides]).intervention.corrector == "paper"
 
 
+def test_the_delta_sweep_runs_in_the_ablations_setting():
+  """Fig. 3's GRPO and delta = inf runs resolve to Table 3's GRPO and w/o PPL Gating (so --reuse finds them)."""
+  from experiments import delta_sweep
+
+  for argv in ([], ["--corrector", "feedback", "--hidden-city-share", "0.3"]):
+    sweep, _ = delta_sweep.parse_args(argv)
+    ablation, _ = navigation_ablation.parse_args(argv)
+    assert sweep.overrides == ablation.overrides
+    variants = delta_sweep.sweep_variants([float("inf")])
+    for mine, theirs in [("grpo", "grpo"), ("delta_inf", "rti_no_ppl_gate")]:
+      a = load_config("navigation", ["policy.path=x", *sweep.overrides, *variants[mine]])
+      b = load_config("navigation", ["policy.path=x", *ablation.overrides, *navigation_ablation.VARIANTS[theirs]])
+      assert a == b, mine
+
+
 class _Recording:
   """Wraps a backend and keeps the decoded prompts it was asked to generate from."""
 
