@@ -103,7 +103,9 @@ def per_seed_rows(results: dict[str, Any], key: str = "pass@1") -> tuple[list[st
 
 
 #: (column, record key) of the intervention counters, summed over a training's iterations.
-COUNTERS = (("groups triggered", "rti/groups_triggered"), ("corrections", "rti/corrections_generated"),
+COUNTERS = (("groups triggered", "rti/groups_triggered"), ("steps flagged", "rti/steps_flagged"),
+            ("malformed", "rti/corrector_malformed"), ("over context", "rti/corrections_over_context"),
+            ("corrections", "rti/corrections_generated"),
             ("Verifier rejected", "rti/verifier_rejected"), ("PPL rejected", "rti/ppl_rejected"),
             ("applied", "rti/corrections_applied"), ("groups replaced", "rti/groups_replaced"))
 CLIPS = (("clip frac intervened", "clip_frac_intervened"), ("clip frac on-policy", "clip_frac_on_policy"))

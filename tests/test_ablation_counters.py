@@ -12,7 +12,8 @@ from experiments import telecom_ablation as tel_ab
 
 
 def _rec(triggered, rejected, leak, clip_i, clip_o):
-  return {"rti/groups_triggered": triggered, "rti/corrections_generated": 2 * triggered,
+  return {"rti/groups_triggered": triggered, "rti/steps_flagged": 3 * triggered, "rti/corrector_malformed": 1,
+          "rti/corrections_over_context": triggered % 2, "rti/corrections_generated": 2 * triggered,
           "rti/verifier_rejected": rejected, "rti/verifier_rejected/leaked_value": leak, "rti/ppl_rejected": 1,
           "rti/corrections_applied": triggered - rejected, "rti/groups_replaced": 1,
           "clip_frac_intervened": clip_i, "clip_frac_on_policy": clip_o}
@@ -26,13 +27,15 @@ def test_counters_sum_over_iterations_and_average_over_seeds():
           "rti_records": [_rec(1, 0, 0, 0.0, 0.2)]},
   }}
   cols, rows = nav_ab.counter_rows(results)
-  assert cols == ["method", "groups triggered", "corrections", "Verifier rejected", "PPL rejected", "applied",
+  assert cols == ["method", "groups triggered", "steps flagged", "malformed", "over context", "corrections",
+                  "Verifier rejected", "PPL rejected", "applied",
                   "groups replaced", "leaked_value", "clip frac intervened", "clip frac on-policy"]
   grpo, rti = rows
   # seed 0: 3 + 5 = 8 triggered; seed 1: 1 -> mean 4.5; rejections 3 and 0 -> 1.5; leaks 1 and 0 -> 0.5
-  assert rti[:8] == ["RTI", 4.5, 9.0, 1.5, 1.5, 3.0, 1.5, 0.5]
-  assert rti[8] == pytest.approx((0.2 + 0.4 + 0.0) / 3) and rti[9] == pytest.approx((0.0 + 0.1 + 0.2) / 3)
-  assert grpo[1:8] == [0.0] * 7 and math.isnan(grpo[8]) and grpo[9] == pytest.approx(0.2)
+  # flagged 9 + 15 and 3 -> 13.5; malformed 2 and 1 -> 1.5; over context 1 + 1 and 1 -> 1.5
+  assert rti[:11] == ["RTI", 4.5, 13.5, 1.5, 1.5, 9.0, 1.5, 1.5, 3.0, 1.5, 0.5]
+  assert rti[11] == pytest.approx((0.2 + 0.4 + 0.0) / 3) and rti[12] == pytest.approx((0.0 + 0.1 + 0.2) / 3)
+  assert grpo[1:11] == [0.0] * 10 and math.isnan(grpo[11]) and grpo[12] == pytest.approx(0.2)
 
 
 def test_per_seed_table_lists_each_seeds_pass_at_1_with_mean_and_spread():
