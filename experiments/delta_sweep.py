@@ -37,7 +37,6 @@ from experiments import navigation as nav_exp
 from experiments import navigation_ablation
 from rti_jax import experiment, reporting
 from rti_jax.config import load_config
-from rti_jax.intervention.prompting import CORRECTORS
 
 DELTAS = (0.0, 3.0, 5.0, 20.0, math.inf)
 #: per-iteration loss metrics left out of the comparison: the calibration weight (reported only with
@@ -72,12 +71,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
   p.add_argument("--deltas", nargs="+", default=[str(d) for d in DELTAS],
                  help="PPL-gate thresholds (numbers >= 0 or inf)")
   p.add_argument("--no-grpo", action="store_true", help="skip the GRPO reference run")
-  p.add_argument("--corrector", default="paper", choices=CORRECTORS,
-                 help="the Corrector of every RTI run (default: paper, as in --exp=navigation_ablation)")
-  p.add_argument("--hidden-city-share", type=float, default=None,
-                 help="share of hidden-city tasks in train and test (default: the config's env.hidden_city_share)")
+  navigation_ablation.add_setting_options(p)
   args, unknown = experiment.split_overrides(p, argv)
-  args.overrides[:0] = navigation_ablation.table3_setting(args.corrector, args.hidden_city_share)
+  args.overrides[:0] = navigation_ablation.table3_setting(args)
   return args, unknown
 
 

@@ -60,21 +60,28 @@ QUICK = [*nav_exp.QUICK, "train.eval_samples=4"]
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
   p = experiment.common_parser("run.py --exp=navigation_ablation", __doc__, "runs/<name>-ablation-<time>")
   p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-  p.add_argument("--corrector", default="paper", choices=CORRECTORS,
-                 help="the Corrector of every RTI variant (default: paper, App. A.1's; feedback: the tiny "
-                      "config's visible-only message)")
-  p.add_argument("--hidden-city-share", type=float, default=None,
-                 help="share of hidden-city tasks in train and test (default: the config's env.hidden_city_share)")
+  add_setting_options(p)
   args, unknown = experiment.split_overrides(p, argv)
-  args.overrides[:0] = table3_setting(args.corrector, args.hidden_city_share)
+  args.overrides[:0] = table3_setting(args)
   return args, unknown
 
 
-def table3_setting(corrector: str, hidden_city_share: float | None = None) -> list[str]:
-  """The overrides that put a config in the ablation's setting (placed before the user's own)."""
-  out = [f"intervention.corrector={corrector}"]
-  if hidden_city_share is not None:
-    out.append(f"env.hidden_city_share={hidden_city_share}")
+def add_setting_options(p: argparse.ArgumentParser, hidden_city_share: bool = True) -> None:
+  """``--corrector`` (default: the paper's) and, for Navigation, ``--hidden-city-share``: the options
+  of the Table-3 setting, shared by this experiment, the Telecom ablation and the delta sweep."""
+  p.add_argument("--corrector", default="paper", choices=CORRECTORS,
+                 help="the Corrector of every RTI run (default: paper, App. A.1's; feedback: the tiny "
+                      "config's visible-only message)")
+  if hidden_city_share:
+    p.add_argument("--hidden-city-share", type=float, default=None,
+                   help="share of hidden-city tasks in train and test (default: the config's env.hidden_city_share)")
+
+
+def table3_setting(args: argparse.Namespace) -> list[str]:
+  """The overrides ``add_setting_options``' options stand for (placed before the user's own)."""
+  out = [f"intervention.corrector={args.corrector}"]
+  if getattr(args, "hidden_city_share", None) is not None:
+    out.append(f"env.hidden_city_share={args.hidden_city_share}")
   return out
 
 

@@ -25,7 +25,6 @@ from experiments import navigation_ablation as nav_ab
 from experiments import telecom as tel_exp
 from rti_jax import experiment
 from rti_jax.config import load_config
-from rti_jax.intervention.prompting import CORRECTORS
 
 #: the --quick profile: Telecom's smoke profile, with 4 samples per test task (pass@1..4, pass^1..4).
 QUICK = [*tel_exp.QUICK, "train.eval_samples=4"]
@@ -35,13 +34,11 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
   p = experiment.common_parser("run.py --exp=telecom_ablation", __doc__, "runs/<name>-ablation-<time>")
   p.set_defaults(config="telecom")
   p.add_argument("--variants", nargs="+", default=list(nav_ab.VARIANTS), choices=list(nav_ab.VARIANTS))
-  p.add_argument("--corrector", default="paper", choices=CORRECTORS,
-                 help="the Corrector of every RTI variant (default: paper, App. A.1's; feedback: the tiny "
-                      "config's visible-only message)")
+  nav_ab.add_setting_options(p, hidden_city_share=False)
   p.add_argument("--test-tasks", type=int, default=None,
                  help=f"evaluate only the first N test tasks (default all; {tel_exp.QUICK_TEST_TASKS} with --quick)")
   args, unknown = experiment.split_overrides(p, argv)
-  args.overrides[:0] = nav_ab.table3_setting(args.corrector)
+  args.overrides[:0] = nav_ab.table3_setting(args)
   return args, unknown
 
 

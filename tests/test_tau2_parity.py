@@ -36,7 +36,6 @@ from rti_jax.envs.telecom.scripted_agents import (  # noqa: E402
 from rti_jax.envs.telecom.tasks import Action, load_split  # noqa: E402
 
 
-
 @pytest.fixture(scope="module", autouse=True)
 def _parsed_once():
   """tau2 parses its Telecom databases from TOML each time it builds an environment (three times per
