@@ -169,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   t_start = time.time()
   os.makedirs(args.out, exist_ok=True)
   log = lambda s: print(s, flush=True)  # noqa: E731
-  bench = nav.load_benchmark("tiny")
+  bench = nav.load_benchmark("tiny", hidden_city_share=cfg.data.hidden_city_share)
   if args.eval_only:
     path = os.path.join(args.out, "metrics.json")
     if not os.path.exists(path):
@@ -186,6 +186,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics["eval"] = evaluate_policy(args.policy_dir, cfg, bench, log)
     save_metrics(args, cfg, metrics, time.time() - t_start, log)
   return 0
+
+
+def whole_place_tokens(tok: Any, env: Any) -> tuple[Any, dict[int, list[int]]]:
+  """(``tok`` with one token per name and per coordinate of every place of ``env``'s world, {new id:
+  the existing ids its embedding row starts from}) for a build that continues a policy: a setting
+  with hidden-city places adds places the policy's tokenizer never saw. A new name starts from the
+  existing whole-name tokens, a new coordinate from the existing coordinate tokens, any other new
+  token (a partial merge) from every ordinary token; ({} when nothing is new or the tokenizer does
+  not make whole names: ``tokenizer.pattern=words``)."""
+  from rti_jax.policy import sft_data
+  from rti_jax.policy.tokenizer import add_whole_pretokens
+
+  texts = [t for p in env.world.pois for t in (p.name, f"{p.name} {p.location}")]
+  names = sft_data.place_name_token_ids(tok, env)
+  if not names or all(len(tok.encode(t, add_special_tokens=False)) == 2 for t in texts[1::2]):
+    return tok, {}
+  locations = {p.location for p in env.world.pois}
+  vocab = tok.get_vocab()
+  coords = sorted(i for t, i in vocab.items() if t in locations)
+  ordinary = sorted(i for t, i in vocab.items() if i not in tok.all_special_ids and not t.startswith("<"))
+  new, _ = add_whole_pretokens(tok, texts)
+  new_names = set(sft_data.place_name_token_ids(new, env))
+  like: dict[int, list[int]] = {}
+  for t, i in new.get_vocab().items():
+    if i >= len(tok):
+      like[i] = names if i in new_names else coords if t in locations and coords else ordinary
+  return new, like
 
 
 def build(args: argparse.Namespace, cfg: NavigationSFTConfig, bench: Any, log: Any) -> dict[str, Any]:
@@ -220,9 +247,14 @@ def build(args: argparse.Namespace, cfg: NavigationSFTConfig, bench: Any, log: A
     tok = build_tokenizer(sft_data.corpus_texts(train_tasks, env, check=check) + list(nav.vocabulary()),
                           cfg.tokenizer.vocab,
                           pattern=NAME_PATTERN if cfg.tokenizer.pattern == "names" else PRE_TOKENIZER_PATTERN)
+  grown = None
+  if cfg.init:
+    tok, grown = whole_place_tokens(tok, env)
+    if grown:
+      log(f"tokenizer: {len(grown)} new tokens for places the policy's tokenizer lacked (now {len(tok)})")
   fmt = ChatFormatter(tok)
   mix = sft_data.MixConfig(resolve_share=data.resolve_share, seed=cfg.seed, check=check,
-                           complete_share=data.complete_share)
+                           complete_share=data.complete_share, correction=data.correction)
   examples = sft_data.build_examples(train_tasks, env, fmt, mix)
   examples += sft_swap.name_swap_examples(train_tasks, env, fmt, data.name_swap, seed=cfg.seed + 7)
   # The stop sets of every benchmark task (test split included) are excluded from the generated
@@ -241,6 +273,9 @@ def build(args: argparse.Namespace, cfg: NavigationSFTConfig, bench: Any, log: A
   pad_id, eos_id = tok.convert_tokens_to_ids(PAD_TOKEN), tok.convert_tokens_to_ids(END_OF_TURN)
   if cfg.init:
     model, mcfg = from_pretrained(cfg.init)
+    if grown:
+      model = sft.grow_vocabulary(model, len(tok), grown, seed=cfg.seed + 12)
+      mcfg = model.config
   else:
     m = cfg.model
     mcfg = sft.tiny_qwen3_config(len(tok), hidden_size=m.hidden, num_layers=m.layers, num_heads=m.heads,
@@ -330,7 +365,7 @@ def build(args: argparse.Namespace, cfg: NavigationSFTConfig, bench: Any, log: A
     "name_drills": name_stage, **record, "init": cfg.init, "seed": cfg.seed,
     "policy_dir": os.path.relpath(args.policy_dir, ROOT),
     "sft_tasks": len(train_tasks), "holdout_tasks": [t.task_id for t in held],
-    "tokenizer_size": len(tok), "model": mcfg.to_hf_dict(), "params": n_params,
+    "tokenizer_size": len(tok), "new_place_tokens": len(grown or {}), "model": mcfg.to_hf_dict(), "params": n_params,
     "sft": {"steps": result.steps, "wall_s": result.wall_s, "losses": result.losses,
             "tokens_trained": result.tokens_trained, "config": dataclasses.asdict(scfg)},
     "data": data_summary, "mix": dataclasses.asdict(mix), "reading": reading, "decision": decision,

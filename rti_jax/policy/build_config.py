@@ -66,6 +66,13 @@ class NavigationDataConfig:
   swap_episodes: int = 2000  # oracle episodes of plain tasks made by a stop swap (sft_swap.swap_episode_examples)
   swap_disamb: int = 800  # tasks needing a re-search made by a stop swap (sft_swap.swap_disamb_examples)
   check_drills: int = 3000  # check-line drills in the main mix (sft_swap.check_drill_examples; with check_line only)
+  # the benchmark setting's share of hidden-city tasks (env.hidden_city_share of the RL configs): its
+  # world, tasks and system message (with ask_user); the oracle asks the user on those tasks. A build
+  # that continues a policy gets whole tokens for the places its tokenizer lacks (tokenizer.add_whole_pretokens)
+  hidden_city_share: float = 0.0
+  # the user message of the correction examples: feedback (the Validator's feedback) or paper (the
+  # paper's Corrector inputs with the evidence and the rule to conceal it; prompting.correction_message)
+  correction: str = "feedback"
 
 
 @dataclasses.dataclass
@@ -216,8 +223,11 @@ def validate_navigation(cfg: NavigationSFTConfig) -> NavigationSFTConfig:
          cfg.tokenizer.pattern)
   _check(cfg.tokenizer.vocab >= 512, "tokenizer.vocab", "an integer >= 512", cfg.tokenizer.vocab)
   _check_model(cfg.model)
-  for key in ("resolve_share", "complete_share"):
+  for key in ("resolve_share", "complete_share", "hidden_city_share"):
     _check(0 <= getattr(cfg.data, key) <= 1, f"data.{key}", "a share in [0, 1]", getattr(cfg.data, key))
+  from rti_jax.intervention.prompting import CORRECTORS
+
+  _check(cfg.data.correction in CORRECTORS, "data.correction", f"one of {list(CORRECTORS)}", cfg.data.correction)
   for key in ("holdout", "max_tasks", "name_swap", "swap_episodes", "swap_disamb", "check_drills"):
     _check(getattr(cfg.data, key) >= 0, f"data.{key}", "an integer >= 0", getattr(cfg.data, key))
   _check(cfg.name_drills.steps >= 0 and cfg.name_drills.examples >= 0, "name_drills.steps/examples",

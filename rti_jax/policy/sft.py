@@ -78,6 +78,40 @@ def add_type_direction(model: Qwen, token_ids: Sequence[int], scale: float, seed
   emb.set_value(emb[...].at[jnp.asarray(ids)].add(row[None, :]))
 
 
+def grow_vocabulary(model: Qwen, num_tokens: int, like: dict[int, Sequence[int]], seed: int = 12) -> Qwen:
+  """A copy of ``model`` (tied embeddings) with room for ``num_tokens`` token ids (rounded up to a
+  multiple of 64, as ``tiny_qwen3_config``); every other weight is the same.
+
+  ``like`` maps each new id to existing ids it should resemble (place names to place names,
+  coordinates to coordinates): its row is their mean plus per-dimension Gaussian noise of their
+  spread, so a new name carries the shared name direction (``add_type_direction``) and the
+  magnitude of the rows the policy learned to copy. Rows not in ``like`` stay at zero (the padding
+  rows past the tokenizer). For ``add_whole_pretokens``'s new tokens.
+  """
+  cfg = model.config
+  if not cfg.tie_word_embeddings:
+    raise ValueError("grow_vocabulary: expected a model with tied embeddings")
+  old = model.embed.embedding[...]
+  size = max(-(-int(num_tokens) // 64) * 64, old.shape[0])
+  if any(not 0 <= i < old.shape[0] for ids in like.values() for i in ids) or any(not ids for ids in like.values()):
+    raise ValueError(f"like: expected non-empty lists of existing ids in [0, {old.shape[0]})")
+  if any(not 0 <= i < size for i in like):
+    raise ValueError(f"like: expected new ids in [0, {size})")
+  rng = np.random.default_rng(seed)
+  host = np.asarray(old)
+  grown = np.zeros((size, host.shape[1]), host.dtype)
+  grown[: host.shape[0]] = host
+  for i, ids in sorted(like.items()):
+    rows = host[np.asarray(sorted(set(ids)), np.int64)]
+    grown[i] = rows.mean(0) + rows.std(0) * rng.normal(size=host.shape[1])
+  new = Qwen(dataclasses.replace(cfg, vocab_size=size), dtype=model.dtype, precision=model.precision,
+             param_dtype=old.dtype, rngs=nnx.Rngs(seed))
+  state = nnx.state(model, nnx.Param)
+  state["embed"]["embedding"].set_value(jnp.asarray(grown))
+  nnx.update(new, state)
+  return new
+
+
 def sharpen_qk_norm(model: Qwen, scale: float) -> None:
   """Sets every q/k RMSNorm weight to ``scale`` (init only; Qwen3 initialises them to 1).
 

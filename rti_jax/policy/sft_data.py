@@ -47,7 +47,7 @@ from rti_jax.envs.navigation.agents import (PLAN_NOW, SEARCH_FIRST, Candidate, _
                                             _final_answer, direction_call, mention_order, observed_searches,
                                             parse_candidates, render_turn)
 from rti_jax.envs.tool_calls import ToolCall, parse_assistant_turn
-from rti_jax.intervention.judges import feedback_message
+from rti_jax.intervention.prompting import CORRECTORS, correction_message
 from rti_jax.intervention.rules_navigation import NavigationRuleValidator, NavigationRuleVerifier
 from rti_jax.policy.check_line import CheckedAgent, check_line_length
 from rti_jax.policy.sft_example import (KINDS, Message, SFTExample, assistant_indices, encode_messages, play,
@@ -67,7 +67,7 @@ class MixConfig:
   complete_share: share of disambiguation tasks with the re-search turn trained except its
     decision token (``resolve_tail``); drawn independently of the two above.
   correction_share: share of disambiguation tasks with a correction example on the
-    trusting draft; perturb_share: share of all tasks with a correction example on a
+    trusting draft (its user message: ``correction``, ``prompting.correction_message``); perturb_share: share of all tasks with a correction example on a
     perturbed (wrong order / unseen coordinate) direction draft.
   check: the scripted turns after the first search results start with the check line.
   """
@@ -79,8 +79,11 @@ class MixConfig:
   seed: int = 0
   check: bool = False
   complete_share: float = 0.0
+  correction: str = "feedback"
 
   def __post_init__(self) -> None:
+    if self.correction not in CORRECTORS:
+      raise ValueError(f"correction: expected one of {CORRECTORS}, got {self.correction!r}")
     for f in ("resolve_share", "continue_share", "correction_share", "perturb_share", "complete_share"):
       v = getattr(self, f)
       if not 0.0 <= v <= 1.0:
@@ -120,8 +123,9 @@ def scripted(agent_cls: Any, task: NavTask, check: bool = False) -> Any:
 
 
 def correction_example(formatter: ChatFormatter, env: NavigationEnv, task: NavTask, prefix: Sequence[Message],
-                       draft: str, target: str, kind: str = "correction") -> SFTExample | None:
-  """p_cal (``prefix`` + the Validator's feedback on ``draft``) -> ``target``, trained on the target only.
+                       draft: str, target: str, kind: str = "correction", message: str = "feedback") -> SFTExample | None:
+  """p_cal (``prefix`` + the correction message on ``draft``: the Validator's feedback, or with
+  ``message="paper"`` the paper's Corrector inputs) -> ``target``, trained on the target only.
 
   Returns None when the Validator accepts the draft or the Verifier rejects the target
   (such a pair would not teach following valid feedback).
@@ -133,7 +137,7 @@ def correction_example(formatter: ChatFormatter, env: NavigationEnv, task: NavTa
     return None
   p_roll, _ = encode_messages(formatter, list(prefix))
   p_roll += formatter.generation_prompt_ids if prefix[-1]["role"] == "assistant" else []
-  p_cal = formatter.with_extra_user_message(p_roll, feedback_message(judgement))
+  p_cal = formatter.with_extra_user_message(p_roll, correction_message(message, ctx, judgement))
   turn = formatter.encode_assistant(target)
   return SFTExample(task.task_id, kind, tuple(p_cal + turn), tuple([False] * len(p_cal) + [True] * len(turn)))
 
@@ -187,7 +191,8 @@ def build_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: Chat
         t_idx = assistant_indices(trusting)
         if len(t_idx) >= 2:
           k = t_idx[1]
-          ex = correction_example(formatter, env, task, trusting[:k], trusting[k]["content"], oracle[a_idx[1]]["content"])
+          ex = correction_example(formatter, env, task, trusting[:k], trusting[k]["content"], oracle[a_idx[1]]["content"],
+                                  message=mix.correction)
           if ex is not None:
             out.append(ex)
       if tail_rng.random() < mix.complete_share:  # its own stream: the rest of the mix does not move
@@ -198,7 +203,7 @@ def build_examples(tasks: Sequence[NavTask], env: NavigationEnv, formatter: Chat
       if d is not None:
         draft = _perturbed_direction(oracle[d]["content"], rng)
         if draft is not None and draft != oracle[d]["content"]:
-          ex = correction_example(formatter, env, task, oracle[:d], draft, oracle[d]["content"])
+          ex = correction_example(formatter, env, task, oracle[:d], draft, oracle[d]["content"], message=mix.correction)
           if ex is not None:
             out.append(ex)
   return out

@@ -178,3 +178,56 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
   )
   fast.chat_template = BYTE_CHAT_TEMPLATE
   return fast
+
+
+def add_whole_pretokens(fast: PreTrainedTokenizerFast, texts: Iterable[str]) -> tuple[PreTrainedTokenizerFast, list[int]]:
+  """``fast`` with BPE merges that make every pre-token of ``texts`` one token; (the new tokenizer,
+  the ids of those pre-tokens' tokens, new or not).
+
+  For a policy continued on a world with places its tokenizer never saw (a setting with
+  hidden-city places): under ``NAME_PATTERN`` a new name or coordinate would otherwise be several
+  pieces, unlike every place the policy learned to copy. Pass texts made of such pre-tokens, e.g.
+  ``"Shimen Hill"`` and ``"Shimen Hill 109.0145,34.4338"`` (a name, a name before a number, a
+  coordinate). A pre-token that already is one token is left alone; the pieces of any other are
+  merged left to right by merges ranked after every existing one, each merge's result a new token
+  (ids after the last id in use). A new merge applies only where no existing merge can, so a text
+  that the old merges turned into whole tokens encodes as before.
+  """
+  import json
+
+  from tokenizers import Tokenizer
+
+  backend = fast.backend_tokenizer
+  state = json.loads(backend.to_str())
+  model = state["model"]
+  if model.get("type") != "BPE":
+    raise ValueError(f"add_whole_pretokens: expected a BPE tokenizer, got {model.get('type')!r}")
+  vocab: dict[str, int] = model["vocab"]
+  merges: list = model["merges"]
+  known = {tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in merges}
+  # The library gives an added token that is not in the model's vocabulary the id len(vocab) + k,
+  # so the added tokens above the model's ids (the markup after training) enter it at their ids first.
+  for t in state["added_tokens"]:
+    vocab.setdefault(t["content"], t["id"])
+  if sorted(vocab.values()) != list(range(len(vocab))):
+    raise ValueError("add_whole_pretokens: expected the ids of the vocabulary and the added tokens to be 0..n-1")
+  next_id = len(vocab)
+  ids: list[int] = []
+  symbols = dict.fromkeys(sym for text in texts for sym, _ in backend.pre_tokenizer.pre_tokenize_str(text))
+  for symbol in symbols:
+    parts = [t.value for t in backend.model.tokenize(symbol)]
+    acc = parts[0]
+    for part in parts[1:]:
+      pair, acc = (acc, part), acc + part
+      if pair not in known:
+        merges.append([pair[0], pair[1]])
+        known.add(pair)
+      if acc not in vocab:
+        vocab[acc] = next_id
+        next_id += 1
+    ids.append(vocab[acc])
+  out = PreTrainedTokenizerFast(
+    tokenizer_object=Tokenizer.from_str(json.dumps(state)), eos_token=fast.eos_token, pad_token=fast.pad_token,
+    unk_token=None, bos_token=None, clean_up_tokenization_spaces=False, model_max_length=fast.model_max_length)
+  out.chat_template = fast.chat_template
+  return out, ids
