@@ -80,14 +80,15 @@ def build_data(cfg: TelecomSFTConfig, log: Any) -> tuple[Any, Any, list[Any], li
     except ValueError as e:
       raise SystemExit(f"data.recombined: {e}") from None
   checks = data.checklist == "checks_first"
-  corpus = [text for r in range(data.phrasings) for text in td.corpus_texts(sft_tasks, td.make_env(seed=r), checks)]
+  corpus = [text for r in range(data.phrasings)
+            for text in td.corpus_texts(sft_tasks, td.make_env(seed=r), checks, data.correction)]
   tok = build_tokenizer(corpus, cfg.tokenizer.vocab, pattern=td.TELECOM_PATTERN)
   fmt = ChatFormatter(tok)
   examples = []
   for r in range(data.phrasings):
     mix = td.TelecomMix(resolve_share=data.resolve_share, continue_share=data.continue_share,
                         complete_share=data.complete_share, correction_share=data.correction_share,
-                        seed=cfg.seed + 101 * r, checks=checks)
+                        seed=cfg.seed + 101 * r, checks=checks, correction=data.correction)
     examples += td.build_examples(sft_tasks, td.make_env(seed=r), fmt, mix)
   log(f"tokenizer: {len(tok)} tokens; {len(examples)} examples from {len(sft_tasks)} tasks x "
       f"{data.phrasings} user phrasings")

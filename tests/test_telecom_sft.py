@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
@@ -22,6 +23,7 @@ from rti_jax.envs.telecom.env import policy_text, system_prompt
 from rti_jax.envs.telecom.source import policy_for, telecom_source
 from rti_jax.intervention.judges import feedback_message
 from rti_jax.intervention.pipeline import rule_roles, step_context
+from rti_jax.intervention.prompting import paper_correction_message
 from rti_jax.intervention.rules_telecom import USER_SIDE_DEVICE_ACTION
 from rti_jax.policy import telecom_sft_data as td
 from rti_jax.policy.sft_example import encode_messages, play, split_train
@@ -212,10 +214,11 @@ def test_kinds_train_exactly_the_intended_tokens():
   assert _trained_spans(fmt, ctx) == [t + eot for k, t in enumerate(_turns(good)) if k != j]
 
 
-def test_correction_prompt_equals_the_pipelines():
+@pytest.mark.parametrize("message", ["feedback", "paper"])
+def test_correction_prompt_equals_the_pipelines(message):
   tasks, env, fmt = _setup()
   task = tasks[0]
-  examples = td.build_examples([task], env, fmt, ALL_SHARES)
+  examples = td.build_examples([task], env, fmt, dataclasses.replace(ALL_SHARES, correction=message))
   ex = next(e for e in examples if e.kind == "correction")
   good = play(env, ChecklistAgent(), task)
   bad = play(env, td.MistakeAgent(), task)
@@ -231,7 +234,12 @@ def test_correction_prompt_equals_the_pipelines():
   judgement = validator.validate([ctx])[0]
   assert not judgement.is_valid and judgement.error_types == (USER_SIDE_DEVICE_ACTION,)
   assert "ask the user to run check_sim_status()" in judgement.feedback_suggestion  # what p_cal shows
-  p_cal = fmt.with_extra_user_message(ep.context(), feedback_message(judgement))
+  if message == "feedback":
+    text = feedback_message(judgement)
+  else:  # the paper's Corrector: the draft, the diagnosis, suggest_next and the backend records
+    text = paper_correction_message(ctx, judgement)
+    assert ctx.evidence and bad[d]["content"] in text and judgement.suggest_next in text
+  p_cal = fmt.with_extra_user_message(ep.context(), text)
   n = len(p_cal)
   assert list(ex.token_ids[:n]) == p_cal
   assert not any(ex.loss_mask[:n]) and all(ex.loss_mask[n:])
@@ -295,7 +303,8 @@ def test_telecom_build_config_rejects_bad_keys_and_values_naming_them(tmp_path):
   from rti_jax.policy import build_config
 
   for override, key in (("data.rounds=2", "data.rounds"), ("data.phrasings=0", "data.phrasings"),
-                        ("eval.max_turns=40", "eval.max_turns"), ("train.epochs=-1", "train.epochs")):
+                        ("eval.max_turns=40", "eval.max_turns"), ("train.epochs=-1", "train.epochs"),
+                        ("data.correction=oracle", "data.correction")):
     with pytest.raises(ConfigError, match=key):
       build_config.load_telecom(overrides=[override])
     with pytest.raises(SystemExit, match=key):

@@ -153,6 +153,9 @@ class TelecomDataConfig:
   complete_share: float = 0.5  # checklist episodes trained except the decisive turn's first token
   correction_share: float = 0.6  # correction examples (p_cal -> right turn)
   checklist: str = "checks_first"  # what ChecklistAgent the policy imitates: checks_first | fix_first
+  # the correction examples' user message: feedback | paper (the paper's Corrector inputs with the
+  # backend records and the rule to conceal them; prompting.correction_message)
+  correction: str = "feedback"
 
 
 @dataclasses.dataclass
@@ -254,6 +257,9 @@ def validate_telecom(cfg: TelecomSFTConfig) -> TelecomSFTConfig:
          cfg.data.checklist)
   for key in ("holdout", "max_tasks", "recombined"):
     _check(getattr(cfg.data, key) >= 0, f"data.{key}", "an integer >= 0", getattr(cfg.data, key))
+  from rti_jax.intervention.prompting import CORRECTORS
+
+  _check(cfg.data.correction in CORRECTORS, "data.correction", f"one of {list(CORRECTORS)}", cfg.data.correction)
   _check(cfg.train.lr > 0, "train.lr", "> 0", cfg.train.lr)
   _check(cfg.train.epochs > 0, "train.epochs", "> 0", cfg.train.epochs)
   _check(1 <= cfg.eval.max_turns <= 30, "eval.max_turns", "an integer in 1..30", cfg.eval.max_turns)

@@ -41,7 +41,8 @@ The mix (kinds reuse ``sft_example.KINDS`` names; ``TelecomMix`` holds the share
 * ``correction`` (share ``correction_share``): the correction prompt p_cal exactly as the
   intervention pipeline builds it (``pipeline.rule_roles("telecom")`` Validator on the mistaken
   draft, hard rule ``USER_SIDE_DEVICE_ACTION``; ``formatter.with_extra_user_message(p_roll,
-  feedback_message(judgement))``), target the checklist's decisive turn, trained on the target
+  correction_message(mix.correction, ctx, judgement))``: the Validator's feedback, or the paper's
+  Corrector inputs), target the checklist's decisive turn, trained on the target
   only; skipped if the Validator accepts the draft or the rule-based Verifier rejects the target.
 """
 
@@ -57,7 +58,8 @@ from rti_jax.envs.telecom.condensed import CONDENSED_POLICY
 from rti_jax.envs.telecom.env import AGENT_STOP, TelecomEnv
 from rti_jax.envs.telecom.scripted_agents import tool_call_text
 from rti_jax.envs.telecom.tasks import TelecomTask
-from rti_jax.intervention.judges import ValidatorJudgement, feedback_message
+from rti_jax.intervention.judges import ValidatorJudgement
+from rti_jax.intervention.prompting import CORRECTORS, correction_message
 from rti_jax.policy.sft_example import SFTExample, assistant_indices, encode_messages, play, step_context
 from rti_jax.rollout import ChatFormatter
 
@@ -114,8 +116,11 @@ class TelecomMix:
   correction_share: float = 0.6
   seed: int = 0
   checks: bool = True  # the checklist imitated checks before it fixes (False: fix-first)
+  correction: str = "feedback"  # the correction examples' user message (prompting.correction_message)
 
   def __post_init__(self) -> None:
+    if self.correction not in CORRECTORS:
+      raise ValueError(f"correction: expected one of {CORRECTORS}, got {self.correction!r}")
     for name in ("resolve_share", "continue_share", "complete_share", "correction_share"):
       v = getattr(self, name)
       if not 0.0 <= v <= 1.0:
@@ -131,9 +136,10 @@ def judge_draft(messages: Sequence[Message], draft: str, env: TelecomEnv) -> Val
 
 
 def correction_example(formatter: ChatFormatter, env: TelecomEnv, task: TelecomTask, prefix: Sequence[Message],
-                       draft: str, target: str) -> SFTExample | None:
-  """p_cal (``prefix`` + the Validator's feedback on ``draft``) -> ``target``, trained on the
-  target only; None when the Validator accepts the draft or the Verifier rejects the target."""
+                       draft: str, target: str, message: str = "feedback") -> SFTExample | None:
+  """p_cal (``prefix`` + the correction message on ``draft``: the Validator's feedback, or with
+  ``message="paper"`` the paper's Corrector inputs with the backend records) -> ``target``, trained
+  on the target only; None when the Validator accepts the draft or the Verifier rejects the target."""
   from rti_jax.intervention.pipeline import rule_roles
 
   env.reset(task)  # the evidence is the task's
@@ -143,7 +149,7 @@ def correction_example(formatter: ChatFormatter, env: TelecomEnv, task: TelecomT
   if judgement.is_valid or not verifier.judge(ctx, target).ok:
     return None
   p_roll, _ = encode_messages(formatter, list(prefix))
-  p_cal = formatter.with_extra_user_message(p_roll, feedback_message(judgement))
+  p_cal = formatter.with_extra_user_message(p_roll, correction_message(message, ctx, judgement))
   turn = formatter.encode_assistant(target)
   return SFTExample(task.task_id, "correction", tuple(p_cal + turn), tuple([False] * len(p_cal) + [True] * len(turn)))
 
@@ -194,7 +200,7 @@ def build_examples(tasks: Sequence[TelecomTask], env: TelecomEnv, formatter: Cha
     elif u[1] < mix.continue_share:
       add(task, "resolve_ctx", good, [k != j for k in range(len(a_idx))])
     if u[2] < mix.correction_share:
-      ex = correction_example(formatter, env, task, good[:d], bad[d]["content"], good[d]["content"])
+      ex = correction_example(formatter, env, task, good[:d], bad[d]["content"], good[d]["content"], mix.correction)
       if ex is not None:
         out.append(ex)
     if tail_rng.random() < mix.complete_share:
@@ -202,10 +208,12 @@ def build_examples(tasks: Sequence[TelecomTask], env: TelecomEnv, formatter: Cha
   return out
 
 
-def corpus_texts(tasks: Sequence[TelecomTask], env: TelecomEnv, checks: bool = True) -> list[str]:
+def corpus_texts(tasks: Sequence[TelecomTask], env: TelecomEnv, checks: bool = True,
+                 correction: str = "feedback") -> list[str]:
   """Texts the tokenizer is trained on: the system prompt (``SYSTEM_REPEATS`` times, so that
   BPE, which merges pairs seen at least twice, learns its words), every message of the checklist and
-  mistaken episodes of ``tasks``, and the Validator's feedback on each mistaken decisive turn."""
+  mistaken episodes of ``tasks``, and the correction message (``correction``) on each mistaken
+  decisive turn."""
   texts = [env.reset(tasks[0])[0]["content"]] * SYSTEM_REPEATS if tasks else []
   for task in tasks:
     good = play(env, ChecklistAgent(task, checks=checks), task)
@@ -215,7 +223,8 @@ def corpus_texts(tasks: Sequence[TelecomTask], env: TelecomEnv, checks: bool = T
     d = decisive_index(good)
     if d is not None:
       env.reset(task)
-      texts.append(feedback_message(judge_draft(good[:d], bad[d]["content"], env)))
+      ctx = step_context(good[:d], bad[d]["content"], env, "telecom")
+      texts.append(correction_message(correction, ctx, judge_draft(good[:d], bad[d]["content"], env)))
   return texts
 
 
