@@ -302,7 +302,7 @@ def build(args: argparse.Namespace, cfg: NavigationSFTConfig, bench: Any, log: A
     def names_read(step: int) -> bool:
       from experiments.diagnostics import name_copy_check
 
-      got = name_copy_check.measure_model(model, tok, fmt, cfg.checks.reading, swapped=True, tasks=held,
+      got = name_copy_check.measure_model(model, tok, fmt, cfg.checks.reading, swapped=True, tasks=held, env=env,
                                           system_turn=False)
       curve.append((step, got["search names"]["copied"]))
       log(f"names: step {step}, held-out drills read right {curve[-1][1]:.2f}")
@@ -314,7 +314,7 @@ def build(args: argparse.Namespace, cfg: NavigationSFTConfig, bench: Any, log: A
     name_stage = {"steps": dres.steps, "wall_s": dres.wall_s, "examples": len(drills),
                   "final_loss": float(np.mean(dres.losses[-10:])), "held_out_read": curve}
     if checks:
-      name_stage["reading"] = reading_check(model, tok, fmt, cfg.checks.reading, held, swapped_only=True)
+      name_stage["reading"] = reading_check(model, tok, fmt, cfg.checks.reading, held, env, swapped_only=True)
       log(f"reading after the name drills: {json.dumps(name_stage['reading'])}")
   if train_cfg.copy_examples > 0:
     # Stage 0: synthetic copying over the tokenizer's word and number tokens.
@@ -337,13 +337,6 @@ def build(args: argparse.Namespace, cfg: NavigationSFTConfig, bench: Any, log: A
     result = sft.SFTResult(losses=warm.losses + result.losses, steps=warm.steps + result.steps,
                            wall_s=warm.wall_s + result.wall_s, tokens_trained=warm.tokens_trained + result.tokens_trained)
   log(f"SFT: {result.steps} steps in {result.wall_s:.0f}s, final loss {np.mean(result.losses[-10:]):.4f}")
-  reading = reading_check(model, tok, fmt, cfg.checks.reading, held) if checks else None
-  if reading:
-    log(f"reading after SFT: {json.dumps(reading)}")
-  decision = decision_check(model, fmt, held, env, pad_id, check) if held and cfg.checks.decision else None
-  if decision:
-    log(f"decision after SFT (teacher-forced, held-out tasks): {json.dumps(decision)}")
-
   os.makedirs(args.policy_dir, exist_ok=True)
   save_pretrained(model, mcfg, args.policy_dir)
   tok.save_pretrained(args.policy_dir)
@@ -360,6 +353,14 @@ def build(args: argparse.Namespace, cfg: NavigationSFTConfig, bench: Any, log: A
   with open(os.path.join(args.policy_dir, "build.json"), "w") as f:
     json.dump(record, f, indent=1)
     f.write("\n")
+  # the policy dir is complete before the checks: a failing check loses no training
+  reading = reading_check(model, tok, fmt, cfg.checks.reading, held, env) if checks else None
+  if reading:
+    log(f"reading after SFT: {json.dumps(reading)}")
+  decision = decision_check(model, fmt, held, env, pad_id, check) if held and cfg.checks.decision else None
+  if decision:
+    log(f"decision after SFT (teacher-forced, held-out tasks): {json.dumps(decision)}")
+
   plot_loss(result.losses, os.path.join(args.out, "loss.png"))
   return {
     "name_drills": name_stage, **record, "init": cfg.init, "seed": cfg.seed,
@@ -372,10 +373,11 @@ def build(args: argparse.Namespace, cfg: NavigationSFTConfig, bench: Any, log: A
   }
 
 
-def reading_check(model: Any, tok: Any, fmt: Any, n: int, tasks: list[Any], swapped_only: bool = False) -> dict[str, Any]:
-  """Teacher-forced argmax accuracy of search names (and coordinates) on held-out train tasks:
-  ``n`` first turns with swapped stop names, and unless ``swapped_only`` ``n`` whole episodes
-  (``experiments/diagnostics/name_copy_check.py``)."""
+def reading_check(model: Any, tok: Any, fmt: Any, n: int, tasks: list[Any], env: Any,
+                  swapped_only: bool = False) -> dict[str, Any]:
+  """Teacher-forced argmax accuracy of search names (and coordinates) on held-out train tasks of
+  ``env``'s setting: ``n`` first turns with swapped stop names, and unless ``swapped_only`` ``n``
+  whole episodes (``experiments/diagnostics/name_copy_check.py``)."""
   from experiments.diagnostics import name_copy_check
 
   def brief(m: dict[str, Any]) -> dict[str, Any]:
@@ -383,9 +385,10 @@ def reading_check(model: Any, tok: Any, fmt: Any, n: int, tasks: list[Any], swap
             "by_search": m["per search (copied)"], "names_after_results": m["names after results"]["copied"],
             "coordinates": m["coordinates"]["copied"]}
 
-  out = {"swapped_first_turns": brief(name_copy_check.measure_model(model, tok, fmt, n, swapped=True, tasks=tasks))}
+  out = {"swapped_first_turns": brief(name_copy_check.measure_model(model, tok, fmt, n, swapped=True, tasks=tasks,
+                                                                    env=env))}
   if not swapped_only:
-    out["episodes"] = brief(name_copy_check.measure_model(model, tok, fmt, n, tasks=tasks))
+    out["episodes"] = brief(name_copy_check.measure_model(model, tok, fmt, n, tasks=tasks, env=env))
   return out
 
 
@@ -431,7 +434,8 @@ def evaluate_policy(policy_dir: str, cfg: NavigationSFTConfig, bench: Any, log: 
     evals[split] = {
       "sampled": ev.rollout_behaviour(backend, pfmt, bench.world, chosen, cfg.eval.samples, 1.0, seed=cfg.seed),
       "greedy": ev.rollout_behaviour(backend, pfmt, bench.world, chosen, 1, 0.0, seed=cfg.seed),
-      "intervention": ev.intervention_behaviour(backend, pfmt, bench.world, need, 1.0, seed=cfg.seed),
+      "intervention": ev.intervention_behaviour(backend, pfmt, bench.world, need, 1.0, seed=cfg.seed,
+                                                corrector=cfg.data.correction),
     }
     log(f"eval {split}: {time.time() - t0:.0f}s")
   log(table(evals, cfg.eval.samples))

@@ -154,3 +154,21 @@ def test_paper_correction_examples_carry_the_corrector_message_and_an_honest_tar
 def test_bad_hidden_city_build_settings_are_named(override, key):
   with pytest.raises(ConfigError, match=key):
     build_config.load_navigation("sft_navigation", [override])
+
+
+def test_reading_check_plays_the_held_out_tasks_in_their_own_setting(worlds, nav_policy):
+  """The builder's teacher-forced reading check on hidden-city tasks: their places exist only in
+  the hidden-city world, so the check must play them there (the tiny setting's world lacks them)."""
+  from experiments.navigation_sft import reading_check
+  from rti_jax.policy import evaluate as ev
+
+  _, _, hidden = worlds
+  model, tok, fmt = ev.load_policy(nav_policy)
+  tasks = [t for t in hidden.train if t.hidden_city][:2]
+  env = nav.NavigationEnv(hidden.world)
+  out = reading_check(model, tok, fmt, 1, tasks, env)
+  assert set(out) == {"swapped_first_turns", "episodes"}
+  # a word-level tokenizer has no whole-name tokens to score, so the figures are empty, not made up
+  assert all(v is None or 0.0 <= v <= 1.0 for part in out.values() for k, v in part.items() if k != "by_search")
+  with pytest.raises(KeyError):  # the same tasks in the tiny setting's world: their places are missing
+    reading_check(model, tok, fmt, 1, tasks, nav.NavigationEnv(worlds[1].world))

@@ -36,19 +36,23 @@ def measure(policy: str, episodes: int, swapped: bool = False) -> dict[str, dict
 
 
 def measure_model(model: object, tok: object, fmt: object, episodes: int, swapped: bool = False,
-                  tasks: list[object] | None = None, system_turn: bool = True) -> dict[str, dict[str, object]]:
+                  tasks: list[object] | None = None, system_turn: bool = True,
+                  env: object | None = None) -> dict[str, dict[str, object]]:
   """``measure`` for a model in memory (e.g. mid-build) with its tokenizer and chat formatter;
   ``tasks``: train-split tasks to draw from (default: the last 40); ``system_turn=False``: the
-  sequences without their system turn (as the build's name drills are trained)."""
+  sequences without their system turn (as the build's name drills are trained); ``env``: the
+  Navigation env of ``tasks``' setting (default: the tiny setting's)."""
   import jax.numpy as jnp
   import numpy as np
 
   from rti_jax.envs import navigation as nav
   from rti_jax.policy import sft_data, sft_swap
 
-  bench = nav.load_benchmark("tiny")
-  env = nav.NavigationEnv(bench.world)
-  tasks = bench.train[-40:] if tasks is None else list(tasks)
+  if env is None or tasks is None:
+    bench = nav.load_benchmark("tiny")
+    env = nav.NavigationEnv(bench.world) if env is None else env
+    tasks = bench.train[-40:] if tasks is None else tasks
+  tasks = list(tasks)
   if swapped:  # first turns only, the stop names swapped for random places (sft_swap.name_swap_examples)
     examples = sft_swap.name_swap_examples(tasks, env, fmt, episodes, seed=99)
   else:

@@ -123,16 +123,18 @@ def follows_suggestion(suggest_next: str, correction: str | None) -> bool | None
 
 
 def intervention_behaviour(backend: Any, formatter: ChatFormatter, world: World, tasks: Sequence[NavTask],
-                           temperature: float = 1.0, ppl_delta: float = 5.0, seed: int = 0) -> dict[str, Any]:
+                           temperature: float = 1.0, ppl_delta: float = 5.0, seed: int = 0,
+                           corrector: str = "feedback") -> dict[str, Any]:
   """One self-intervened rollout per task (rule-based Validator and Verifier, the policy as
-  Corrector); see the module docstring for the returned figures."""
+  Corrector under the ``corrector`` message, ``InterventionConfig.corrector``); see the module
+  docstring for the returned figures."""
   cfg = rollout_config(1, temperature, seed=seed)
   rec = _Recorder(NavigationRuleValidator(),
                   PolicyCorrector(backend, cfg.sampling, formatter.end_of_turn_id), formatter)
   roles = InterventionRoles(validator=rec, corrector=rec, verifier=NavigationRuleVerifier())
   stats = InterventionStats(groups_total=len(tasks), groups_triggered=len(tasks))
   runs = run_intervened_rollouts(list(tasks), lambda: NavigationEnv(world), backend, formatter, roles,
-                                 InterventionConfig(ppl_delta=ppl_delta), cfg, stats,
+                                 InterventionConfig(ppl_delta=ppl_delta, corrector=corrector), cfg, stats,
                                  task_id=lambda t: t.task_id, seed=seed)
   trajs = [t for r in runs for t in r]
   stats.trajectories_intervened = len(trajs)
@@ -142,6 +144,7 @@ def intervention_behaviour(backend: Any, formatter: ChatFormatter, world: World,
   research = [f for f in follow if f is not None]
   return {
     "tasks": len(tasks),
+    "corrector": corrector,
     "steps_flagged": stats.steps_flagged,
     "corrections": len(rec.pairs),
     "research_suggestions": len(research),
