@@ -466,7 +466,10 @@ def write_card(cfg: NavigationSFTConfig, metrics: dict[str, Any], path: str) -> 
                f"{len(metrics.get('holdout_tasks') or [])} train tasks held out of SFT for diagnostics.")
   m, drills = cfg.model, metrics.get("name_drills") or {}
   if cfg.init:
-    lines.append(f"Continued from the policy in `{cfg.init}` (its tokenizer, weights and architecture; "
+    grown = metrics.get("new_place_tokens") or 0
+    extra = (f" plus {grown} tokens for the places of this setting that its tokenizer lacked, with new embedding rows"
+             if grown else "")
+    lines.append(f"Continued from the policy in `{cfg.init}` (its tokenizer, weights and architecture{extra}; "
                  f"no tokenizer build, init or stage 0 here; see that policy's card). {held_note}")
   else:
     lines.append(
