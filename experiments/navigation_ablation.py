@@ -19,9 +19,10 @@ Table 3 measures what each check stops, so the experiment runs the paper's Corre
 was fine-tuned on). ``--hidden-city-share S`` adds hidden-city tasks to train and test
 (docs/navigation.md): there a correction that names the city from l succeeds but cannot be
 learned, and only the Verifier stands between it and the update. It defaults to the config's
-``env.hidden_city_share``: 0.3 in ``navigation_qwen3_8b``, 0 in the tiny config, whose shipped
+``env.hidden_city_share``: 0.3 in ``navigation_qwen3_8b``, 0 in the tiny config, whose default
 policy was never trained on the system message that offers ``ask_user`` and fails most ordinary
-tasks under it (docs/research_log.md). Both come before the command line's ``key=value``
+tasks under it (docs/research_log.md); with the tiny config, pair the share with the policy built
+for it: ``--hidden-city-share 0.3 policy.path=policies/navigation_hidden``. Both come before the command line's ``key=value``
 overrides, which win; the choices are recorded in ``results.json`` (``corrector``,
 ``hidden_city_share``) and in the table's title.
 """
