@@ -98,6 +98,9 @@ def test_grown_model_keeps_every_old_logit_and_starts_new_rows_from_their_likes(
   # a tokenizer of 100 tokens grown to 130: new ids 100..129 (the old padding rows, then new rows)
   grown = sft.grow_vocabulary(model, 130, {100: [7], 101: [3, 4, 5, 6], 129: list(range(10, 60))}, seed=1)
   assert grown.config.vocab_size == 192 and grown.embed.embedding.shape == (192, 32)
+  # the model it grew from is untouched (its logits below are an independent reference)
+  assert model.config.vocab_size == 128
+  np.testing.assert_array_equal(np.asarray(model.embed.embedding[...]), old)
   emb = np.asarray(grown.embed.embedding[...])
   np.testing.assert_array_equal(emb[:100], old[:100])  # every token of the old tokenizer
   np.testing.assert_array_equal(emb[102:128], old[102:128])  # padding rows no new id took

@@ -80,7 +80,8 @@ def add_type_direction(model: Qwen, token_ids: Sequence[int], scale: float, seed
 
 def grow_vocabulary(model: Qwen, num_tokens: int, like: dict[int, Sequence[int]], seed: int = 12) -> Qwen:
   """A copy of ``model`` (tied embeddings) with room for ``num_tokens`` token ids (rounded up to a
-  multiple of 64, as ``tiny_qwen3_config``); every other weight is the same.
+  multiple of 64, as ``tiny_qwen3_config``); every other weight is the same, and ``model`` is left
+  unchanged.
 
   ``like`` maps each new id to existing ids it should resemble (place names to place names,
   coordinates to coordinates): its row is their mean plus per-dimension Gaussian noise of their
@@ -106,9 +107,8 @@ def grow_vocabulary(model: Qwen, num_tokens: int, like: dict[int, Sequence[int]]
     grown[i] = rows.mean(0) + rows.std(0) * rng.normal(size=host.shape[1])
   new = Qwen(dataclasses.replace(cfg, vocab_size=size), dtype=model.dtype, precision=model.precision,
              param_dtype=old.dtype, rngs=nnx.Rngs(seed))
-  state = nnx.state(model, nnx.Param)
-  state["embed"]["embedding"].set_value(jnp.asarray(grown))
-  nnx.update(new, state)
+  nnx.update(new, nnx.state(model, nnx.Param))  # the values; ``model``'s own variables stay as they are
+  new.embed.embedding.set_value(jnp.asarray(grown))
   return new
 
 
