@@ -219,6 +219,13 @@ def _check_model(m: TinyQwenConfig) -> None:
     _check(getattr(m, key) >= 1, f"model.{key}", "an integer >= 1", getattr(m, key))
 
 
+def _check_correction(value: str) -> None:
+  """``data.correction``: one of the Corrector messages (``prompting.CORRECTORS``)."""
+  from rti_jax.intervention.prompting import CORRECTORS
+
+  _check(value in CORRECTORS, "data.correction", f"one of {list(CORRECTORS)}", value)
+
+
 def validate_navigation(cfg: NavigationSFTConfig) -> NavigationSFTConfig:
   """Checks choices and ranges; raises ``ConfigError`` naming the key."""
   _check_finite(cfg)
@@ -228,9 +235,7 @@ def validate_navigation(cfg: NavigationSFTConfig) -> NavigationSFTConfig:
   _check_model(cfg.model)
   for key in ("resolve_share", "complete_share", "hidden_city_share"):
     _check(0 <= getattr(cfg.data, key) <= 1, f"data.{key}", "a share in [0, 1]", getattr(cfg.data, key))
-  from rti_jax.intervention.prompting import CORRECTORS
-
-  _check(cfg.data.correction in CORRECTORS, "data.correction", f"one of {list(CORRECTORS)}", cfg.data.correction)
+  _check_correction(cfg.data.correction)
   for key in ("holdout", "max_tasks", "name_swap", "swap_episodes", "swap_disamb", "check_drills"):
     _check(getattr(cfg.data, key) >= 0, f"data.{key}", "an integer >= 0", getattr(cfg.data, key))
   _check(cfg.name_drills.steps >= 0 and cfg.name_drills.examples >= 0, "name_drills.steps/examples",
@@ -257,9 +262,7 @@ def validate_telecom(cfg: TelecomSFTConfig) -> TelecomSFTConfig:
          cfg.data.checklist)
   for key in ("holdout", "max_tasks", "recombined"):
     _check(getattr(cfg.data, key) >= 0, f"data.{key}", "an integer >= 0", getattr(cfg.data, key))
-  from rti_jax.intervention.prompting import CORRECTORS
-
-  _check(cfg.data.correction in CORRECTORS, "data.correction", f"one of {list(CORRECTORS)}", cfg.data.correction)
+  _check_correction(cfg.data.correction)
   _check(cfg.train.lr > 0, "train.lr", "> 0", cfg.train.lr)
   _check(cfg.train.epochs > 0, "train.epochs", "> 0", cfg.train.epochs)
   _check(1 <= cfg.eval.max_turns <= 30, "eval.max_turns", "an integer in 1..30", cfg.eval.max_turns)
