@@ -127,12 +127,13 @@ class TelecomMix:
         raise ValueError(f"{name}: expected a share in [0, 1], got {v}")
 
 
-def judge_draft(messages: Sequence[Message], draft: str, env: TelecomEnv) -> ValidatorJudgement:
-  """The rule-based Validator's judgement (the pipeline's ``rule_roles("telecom")``) of ``draft``."""
+def judge_draft(ctx: Any) -> ValidatorJudgement:
+  """The rule-based Validator's judgement (the pipeline's ``rule_roles("telecom")``) of the step
+  ``ctx`` (``sft_example.step_context``)."""
   from rti_jax.intervention.pipeline import rule_roles
 
   validator, _ = rule_roles("telecom")
-  return validator.judge(step_context(messages, draft, env, "telecom"))
+  return validator.judge(ctx)
 
 
 def correction_example(formatter: ChatFormatter, env: TelecomEnv, task: TelecomTask, prefix: Sequence[Message],
@@ -224,7 +225,7 @@ def corpus_texts(tasks: Sequence[TelecomTask], env: TelecomEnv, checks: bool = T
     if d is not None:
       env.reset(task)
       ctx = step_context(good[:d], bad[d]["content"], env, "telecom")
-      texts.append(correction_message(correction, ctx, judge_draft(good[:d], bad[d]["content"], env)))
+      texts.append(correction_message(correction, ctx, judge_draft(ctx)))
   return texts
 
 
