@@ -42,6 +42,12 @@ HERE = pathlib.Path(__file__).resolve().parent
 EXACT_KEYS = ("iteration", "reward_mean", "reward_mean_after_intervention", "all_fail_group_frac", "turn_hist",
               "tokens", "truncated_frac", "rti/groups_triggered")
 FLOAT_TOL = 1e-5
+#: The final parameters agree within 1% of Adam's step (optim.lr=0.01 in _multihost_check.py) per
+#: iteration. Adam divides each gradient element by its own running scale, so where an element's
+#: gradient is close to zero the two runs' summation-order noise is magnified to a fraction of the
+#: step, not of the gradient; a slice's gradient lost or counted twice changes the direction of the
+#: gradient, and with it many elements' steps by a large part of a step.
+PARAM_TOL = 0.01 * 0.01 * 2
 
 
 # --- fast checks -------------------------------------------------------------------------------
@@ -256,7 +262,7 @@ def test_two_processes_train_like_one_process_of_eight_devices(toy_policy, tmp_p
   _assert_records_close(one["records"], two["records"])
   assert all(r["grad_norm"] > 0 for r in two["records"])
   assert one["eval"]["successes"] == two["eval"]["successes"]
-  assert _max_param_diff(single / "params_full.npz", multi / "params_full.npz") <= FLOAT_TOL
+  assert _max_param_diff(single / "params_full.npz", multi / "params_full.npz") <= PARAM_TOL
   # Every process returned the same records, not only the writer.
   p1 = json.loads((multi / "writes_1.json").read_text())
   assert p1["records"] == two["records"] and p1["eval_successes"] == two["eval"]["successes"]
