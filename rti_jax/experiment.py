@@ -109,6 +109,7 @@ def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants:
         if distributed.is_writer():
           shutil.copyfile(hit["metrics"], run_dir / "metrics.jsonl")
           (run_dir / "REUSED_FROM").write_text(f"{hit['dir']}\n")
+          _write_training(run_dir, cfg, hit["eval"], hit["train_s"], hit["base"])
         continue
       trainer = Trainer(cfg, run_dir, source=None if source is None else source(cfg), progress=progress)
       test = trainer.source.test
@@ -120,6 +121,8 @@ def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants:
       per_seed[label] = trainer.evaluate(test, cfg.train.eval_samples, seed=10_000 + seed, desc=f"eval {label}")
       per_seed[f"{label}_records"] = records
       trainer.export(run_dir / "policy")
+      if distributed.is_writer():
+        _write_training(run_dir, cfg, per_seed[label], per_seed[f"{label}_train_s"], per_seed["base"]["successes"])
     if "base" not in per_seed:  # every variant was reused: evaluate the base policy for the check
       cfg = next(iter(cfgs.values()))
       trainer = Trainer(cfg, out / f"seed{seed}" / "base", source=None if source is None else source(cfg),
@@ -137,16 +140,42 @@ def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants:
   return results
 
 
+#: Written beside a finished training's metrics.jsonl: its resolved config, held-out evaluation, training
+#: time and the base policy's per-task successes of its seed (what ``--reuse`` needs, before the whole
+#: run has finished).
+TRAINING_FILE = "training.json"
+
+
+def _write_training(run_dir: pathlib.Path, cfg: Any, evaluation: dict[str, Any], train_s: float | None,
+                    base: Any) -> None:
+  reporting.write_json(run_dir / TRAINING_FILE, {"config": to_yaml(cfg), "eval": evaluation, "train_s": train_s,
+                                                 "base": base})
+
+
 def reusable_runs(dirs: Sequence[str | pathlib.Path]) -> dict[str, dict[str, Any]]:
   """Finished trainings of earlier run directories, keyed by their resolved config (``to_yaml``, seed
   included): each maps to ``{"eval", "records", "train_s", "metrics", "base", "dir"}`` (``base``: the
-  base policy's per-task successes of that seed). A directory without ``results.json`` (a run that did
-  not finish) raises ValueError; the first directory wins when two hold the same training."""
+  base policy's per-task successes of that seed). A training counts once its ``training.json`` is
+  written, so a run stopped part-way keeps the trainings it finished; a directory of an older layout
+  is read from its ``results.json``. A directory with neither raises ValueError; the first directory
+  wins when two hold the same training."""
   found: dict[str, dict[str, Any]] = {}
   for d in map(pathlib.Path, dirs):
     path = d / "results.json"
-    if not path.exists():
-      raise ValueError(f"--reuse {d}: no results.json (not a finished run directory)")
+    trainings = sorted(d.glob(f"seed*/*/{TRAINING_FILE}"))
+    if not trainings and not path.exists():
+      raise ValueError(f"--reuse {d}: no finished training (no results.json, no seed*/<variant>/{TRAINING_FILE})")
+    for t in trainings:
+      metrics = t.parent / "metrics.jsonl"
+      try:
+        stored = json.loads(t.read_text())
+        key, hit = stored["config"], {"eval": stored["eval"], "train_s": stored["train_s"], "base": stored["base"]}
+      except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"--reuse {d}: unreadable {t.relative_to(d)} ({e})") from e
+      if metrics.exists():
+        found.setdefault(key, {**hit, "records": reporting.read_jsonl(metrics), "metrics": metrics, "dir": str(d)})
+    if trainings or not path.exists():
+      continue
     stored = json.loads(path.read_text())
     for seed, per_seed in stored.get("runs", {}).items():
       for label, extra in stored.get("variants", {}).items():

@@ -61,10 +61,26 @@ def _writer() -> bool:
   return distributed.is_writer()
 
 
+def _replace_text(path: pathlib.Path, text: str) -> None:
+  """Writes ``text`` to ``path`` atomically (a temporary file in the same directory, synced, then
+  ``os.replace``): a kill leaves the old file or the new one, never a mix."""
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "w") as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    pathlib.Path(tmp).unlink(missing_ok=True)
+    raise
+
+
 def write_json(path: str | pathlib.Path, obj: Any) -> None:
+  """Writes ``obj`` as indented JSON, atomically."""
   if not _writer():
     return
-  pathlib.Path(path).write_text(json.dumps(to_jsonable(obj), indent=2, sort_keys=True) + "\n")
+  _replace_text(pathlib.Path(path), json.dumps(to_jsonable(obj), indent=2, sort_keys=True) + "\n")
 
 
 def append_jsonl(path: str | pathlib.Path, record: Mapping[str, Any]) -> None:
@@ -78,22 +94,10 @@ def append_jsonl(path: str | pathlib.Path, record: Mapping[str, Any]) -> None:
 
 
 def write_jsonl(path: str | pathlib.Path, records: Iterable[Mapping[str, Any]]) -> None:
-  """Rewrites ``path`` with ``records``, one JSON object per line, atomically (a temporary file in
-  the same directory, then ``os.replace``): a kill leaves the old file or the new one, never a mix."""
+  """Rewrites ``path`` with ``records``, one JSON object per line, atomically."""
   if not _writer():
     return
-  path = pathlib.Path(path)
-  text = "".join(json.dumps(to_jsonable(r), sort_keys=True) + "\n" for r in records)
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "w") as f:
-      f.write(text)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    pathlib.Path(tmp).unlink(missing_ok=True)
-    raise
+  _replace_text(pathlib.Path(path), "".join(json.dumps(to_jsonable(r), sort_keys=True) + "\n" for r in records))
 
 
 def read_jsonl(path: str | pathlib.Path) -> list[dict[str, Any]]:

@@ -18,7 +18,8 @@ import pytest
 
 from experiments import delta_sweep, navigation_ablation, navigation_baselines
 from experiments.diagnostics import decision_probe
-from rti_jax.config import load_config
+from rti_jax import experiment, reporting
+from rti_jax.config import load_config, to_yaml
 from rti_jax.envs.source import TaskSource
 from rti_jax.intervention.judges import Correction, ValidatorJudgement, VerifierJudgement
 from rti_jax.intervention.pipeline import InterventionRoles
@@ -180,12 +181,41 @@ def test_reuse_takes_equal_trainings_from_earlier_runs_and_checks_the_base(ablat
   shutil.copytree(ablation_out, tampered)
   old_runs["base"]["successes"] = [[1 - x for x in row] for row in old_runs["base"]["successes"]]
   (tampered / "results.json").write_text(json.dumps(old))
+  for t in tampered.glob("seed*/*/training.json"):
+    stored = json.loads(t.read_text())
+    stored["base"] = [[1 - x for x in row] for row in stored["base"]]
+    t.write_text(json.dumps(stored))
   with pytest.raises(ValueError, match="base evaluation of seed 0 differs"):
     delta_sweep.main(["--quick", "--no-progress", "--out", str(tmp_path / "delta2"), "--deltas", "inf",
                       "--reuse", str(tampered), *_tiny(nav_policy)])
-  with pytest.raises(ValueError, match="no results.json"):
+  with pytest.raises(ValueError, match="no finished training"):
     delta_sweep.main(["--quick", "--no-progress", "--out", str(tmp_path / "x"), "--reuse", str(tmp_path / "none"),
                       *_tiny(nav_policy)])
+
+
+@pytest.mark.slow
+def test_a_run_stopped_part_way_keeps_its_finished_trainings_for_reuse(ablation_out, tmp_path):
+  """Each training's training.json is written when it finishes: a run killed before its results.json
+  still offers those trainings to --reuse, with the evaluations its results.json would have held."""
+  old = _results(ablation_out)
+  stopped = tmp_path / "stopped"
+  shutil.copytree(ablation_out, stopped)
+  (stopped / "results.json").unlink()
+  shutil.rmtree(stopped / "seed0" / "rti")  # the training it was on when it stopped
+  found = experiment.reusable_runs([stopped])
+  assert len(found) == len(old["variants"]) - 1
+  for label, extra in old["variants"].items():
+    key = to_yaml(load_config(str(ablation_out / "config.yaml"), [*extra, "train.seed=0"]))
+    if label == "rti":
+      assert key not in found
+      continue
+    hit = found[key]
+    assert hit["eval"] == old["runs"]["0"][label] and hit["base"] == old["runs"]["0"]["base"]["successes"]
+    assert hit["records"] == reporting.read_jsonl(ablation_out / "seed0" / label / "metrics.jsonl")
+  # A training.json cut by a kill before the atomic writes existed is named, not skipped.
+  (stopped / "seed0" / "grpo" / "training.json").write_text('{"config": "loss')
+  with pytest.raises(ValueError, match="unreadable seed0/grpo/training.json"):
+    experiment.reusable_runs([stopped])
 
 
 @pytest.mark.slow
