@@ -41,6 +41,8 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
                        "diagnostic: the decisive step's probability per RL iteration (Navigation)"),
     "name_copy_check": ("experiments.diagnostics.name_copy_check",
                         "diagnostic: does a Navigation policy copy names and coordinates (teacher-forced)"),
+    "hidden_city_corrections": ("experiments.diagnostics.hidden_city_corrections",
+                                "diagnostic: what applied corrections do on Navigation's hidden-city tasks"),
     "name_drill": ("experiments.diagnostics.name_drill",
                    "diagnostic: can a fresh tiny model learn to read stop names out of a request"),
 }
