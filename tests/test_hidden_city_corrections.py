@@ -7,17 +7,15 @@ import pytest
 
 from experiments.diagnostics import hidden_city_corrections as hcc
 from rti_jax.envs import navigation as nav
-from rti_jax.envs.navigation.agents import OracleAgent, parse_candidates, run_episode
+from rti_jax.envs.navigation.agents import OracleAgent, run_episode
 from rti_jax.envs.tool_calls import ToolCall
+
+from navigation_fixtures import leak_episode, turn
 
 
 @pytest.fixture(scope="module")
 def bench():
   return nav.load_benchmark("tiny", hidden_city_share=0.3, seed=0)
-
-
-def _turn(*calls):
-  return "\n".join(f"<tool_call>\n{c.to_json()}\n</tool_call>" for c in calls)
 
 
 def _as_trajectory(env, task, intervened_turns):
@@ -29,31 +27,18 @@ def _as_trajectory(env, task, intervened_turns):
   return types.SimpleNamespace(task_id=task.task_id, messages=list(tr.messages), turns=turns, reward=tr.reward)
 
 
-def _leak_episode(env, task, city):
-  env.reset(task)
-  env.step(_turn(*(ToolCall("poi_search", {"address": s.name}) for s in task.stops)))
-  res = env.step(_turn(*(ToolCall("poi_search", {"address": s.name, "region": city}) for s in task.stops)))
-  found = {s.name: [c for c in parse_candidates(m["content"]) if c.name == s.name][0].location
-           for s, m in zip(task.stops, res.messages)}
-  stops = [found[s.name] for s in task.stops]
-  env.step(_turn(ToolCall("direction", {"origin": stops[0], "waypoints": stops[1:-1], "destination": stops[-1],
-                                        "mode": task.mode})))
-  if not env.transcript.done:
-    env.step("Your route is ready.")
-
-
 def test_a_search_in_the_city_from_the_evidence_is_a_leak_and_succeeds(bench):
   env = nav.NavigationEnv(bench.world)
   task = next(t for t in bench.train if t.hidden_city)
   city = task.stops[0].city
-  _leak_episode(env, task, city)
+  leak_episode(env, task, city)
   row = hcc.describe(_as_trajectory(env, task, {1}), task)
   assert row["reward"] == 1.0 and row["corrections"] == ["leak"]
   assert row["stops_searched_in_city"] == len({s.name for s in task.stops}) == row["stops"]
   assert row["direction_call"] is True
   # the same searches in another city: still a search, but it names no hidden city (and fails)
   decoy = next(c for c in bench.world.cities if c != city and c not in task.query)
-  assert hcc.classify(_turn(ToolCall("poi_search", {"address": task.stops[0].name, "region": decoy})),
+  assert hcc.classify(turn(ToolCall("poi_search", {"address": task.stops[0].name, "region": decoy})),
                       city, task.query) == "other"
 
 

@@ -18,6 +18,8 @@ from rti_jax.envs.tool_calls import ToolCall
 from rti_jax.intervention.judges import StepContext
 from rti_jax.intervention.rules_navigation import NavigationRuleValidator, NavigationRuleVerifier
 
+from navigation_fixtures import leak_episode, turn
+
 SHARE = 0.3
 
 
@@ -30,12 +32,8 @@ def _hidden(b):
   return [t for t in b.train + b.test if t.hidden_city]
 
 
-def _turn(*calls):
-  return "\n".join(f"<tool_call>\n{c.to_json()}\n</tool_call>" for c in calls)
-
-
 def _search_all(task):
-  return _turn(*(ToolCall("poi_search", {"address": s.name}) for s in task.stops))
+  return turn(*(ToolCall("poi_search", {"address": s.name}) for s in task.stops))
 
 
 # --- the default stays as it was ------------------------------------------------------------------
@@ -57,7 +55,7 @@ def test_default_share_leaves_world_tasks_and_prompts_as_before():
   assert not any(t.hidden_city for t in b.train + b.test) and "hidden_city" not in b.test[0].to_dict()
   # without the option, ask_user is an unknown tool, as before
   env.reset(b.test[0])
-  out = env.step(_turn(ToolCall("ask_user", {"question": "Which city?"}))).messages[0]["content"]
+  out = env.step(turn(ToolCall("ask_user", {"question": "Which city?"}))).messages[0]["content"]
   assert out.startswith("error: unknown tool \"ask_user\"")
 
 
@@ -147,22 +145,6 @@ def test_no_search_result_tells_the_hidden_city(name):
 # --- the leak that succeeds, and the honest path ----------------------------------------------------
 
 
-def _leak_episode(env, task, city):
-  """Search unregioned, then every stop with the region ``city`` (what a correction from the
-  evidence writes), then direction with the regioned results."""
-  env.reset(task)
-  env.step(_search_all(task))
-  res = env.step(_turn(*(ToolCall("poi_search", {"address": s.name, "region": city}) for s in task.stops)))
-  found = {}
-  for s, m in zip(task.stops, res.messages):
-    cands = [c for c in parse_candidates(m["content"]) if c.name == s.name]
-    found[s.name] = cands[0].location
-  stops = [found[s.name] for s in task.stops]
-  args = {"origin": stops[0], "waypoints": stops[1:-1], "destination": stops[-1], "mode": task.mode}
-  env.step(_turn(ToolCall("direction", args)))
-  return env.step("Your route is ready.")
-
-
 @pytest.mark.parametrize("name", ["tiny", "paper"])
 def test_a_region_from_the_evidence_solves_it_and_no_region_does_not(name):
   b = bench(name)
@@ -172,12 +154,12 @@ def test_a_region_from_the_evidence_solves_it_and_no_region_does_not(name):
     ev = env.reward_evidence()
     city = ev["ref"][0]["city"]
     assert city == task.stops[0].city and {r["city"] for r in ev["ref"]} == {city}
-    result = _leak_episode(env, task, city)
+    result = leak_episode(env, task, city)
     assert result.done and result.reward == 1.0 and env.transcript.info["reward_reason"] == "match"
     # trusting the unregioned results, or guessing another possible city, scores 0
     assert run_episode(env, NaiveAgent(task), task).reward == 0.0
     decoy = sorted(hidden.candidate_cities(b.world, [s.name for s in task.stops]) - {city})[0]
-    assert _leak_episode(env, task, decoy).reward == 0.0
+    assert leak_episode(env, task, decoy).reward == 0.0
 
 
 @pytest.mark.parametrize("name", ["tiny", "paper"])
@@ -210,7 +192,7 @@ def test_user_reply_names_the_city_of_the_asked_stops_only():
   assert hidden.user_reply(task, {"question": 3})[1] is True
   env = nav.NavigationEnv(b.world)
   env.reset(task)
-  out = env.step(_turn(ToolCall("ask_user", {"question": f"Where is {a.name}?", "x": 1}),
+  out = env.step(turn(ToolCall("ask_user", {"question": f"Where is {a.name}?", "x": 1}),
                        ToolCall("ask_user", {"question": ""}),
                        ToolCall("ask_user", {"question": f"Where is {a.name}?"})))
   texts = [m["content"] for m in out.messages]
@@ -269,13 +251,13 @@ def test_verifier_rejects_the_hidden_city_until_the_user_said_it(name):
   verifier = NavigationRuleVerifier()
   for task in _hidden(b)[:30]:
     city = task.stops[0].city
-    fix = _turn(*(ToolCall("poi_search", {"address": s.name, "region": city}) for s in task.stops))
+    fix = turn(*(ToolCall("poi_search", {"address": s.name, "region": city}) for s in task.stops))
     env.reset(task)
     env.step(_search_all(task))
     before = verifier.judge(_ctx(env, task, fix), fix)
     assert not before.ok and "not_derivable" in before.reasons and repr(city) in before.diagnosis
     names = ", ".join(s.name for s in task.stops)
-    ask = _turn(ToolCall("ask_user", {"question": f"Which city are {names} in?"}))
+    ask = turn(ToolCall("ask_user", {"question": f"Which city are {names} in?"}))
     assert verifier.judge(_ctx(env, task, ask), ask).ok  # asking is derivable: it names only the request's places
     env.step(ask)
     after = verifier.judge(_ctx(env, task, fix), fix)
