@@ -66,17 +66,15 @@ def describe(traj: Any, task: Any) -> dict[str, Any]:
   the trip's city and whether a direction call was made."""
   city = task.stops[0].city
   names = sorted({s.name for s in task.stops})
-  turns = [m for m in traj.messages]
-  kinds, texts, seen = [], [], []
-  turn_index = 0
-  for m in turns:
-    if m["role"] == "assistant":
-      rec = traj.turns[turn_index] if turn_index < len(traj.turns) else None
-      if rec is not None and rec.intervened:
-        kinds.append(classify(m["content"], city, "\n".join(seen)))
-      texts.append(m["content"])
-      turn_index += 1
-    seen.append(str(m.get("content", "")) if m["role"] != "assistant" else "")
+  kinds, texts, seen = [], [], []  # seen: the non-assistant messages so far (what the dialogue shows)
+  for m in traj.messages:
+    if m["role"] != "assistant":
+      seen.append(str(m.get("content", "")))
+      continue
+    turn_index = len(texts)
+    if turn_index < len(traj.turns) and traj.turns[turn_index].intervened:
+      kinds.append(classify(m["content"], city, "\n".join(seen)))
+    texts.append(m["content"])
   direction = any(c.name == "direction" for t in texts for c in parse_assistant_turn(t).tool_calls)
   return {"task_id": traj.task_id, "city": city, "reward": float(traj.reward), "corrections": kinds,
           "stops": len(names), "stops_searched_in_city": len(searched_in(texts, names, city)),
