@@ -69,6 +69,35 @@ _COMMON_CAPS = frozenset({"The", "This", "That", "These", "Those", "Then", "Ther
                           "Internet", "Android", "Apple", "Messages", "Messaging"})
 
 
+#: letters and the separators a spelled-out word may put between them ("j Ohn", "Jo-hn")
+_FRAGMENT_RE = re.compile(r"[A-Za-z]+")
+_GAP_RE = re.compile(r"[\s_.\-\u200b]{1,2}")
+
+
+def _spells_a_seen_word(text: str, start: int, end: int, seen_words: set[str]) -> bool:
+  """Whether the letters ``text[start:end]``, joined with the letter fragments written next to them
+  across short separators, spell a word the conversation shows ("j Ohn" for a shown "John")."""
+  left, i = [], start
+  while len(left) < 8:
+    gap = re.search(r"[\s_.\-\u200b]{1,2}$", text[max(0, i - 2):i])
+    frag = gap and re.search(r"[A-Za-z]+$", text[max(0, i - len(gap.group(0)) - 16):i - len(gap.group(0))])
+    if not frag:
+      break
+    left.insert(0, frag.group(0))
+    i -= len(gap.group(0)) + len(frag.group(0))
+  right, j = [], end
+  while len(right) < 8:
+    gap = _GAP_RE.match(text, j)
+    frag = gap and _FRAGMENT_RE.match(text, gap.end())
+    if not frag:
+      break
+    right.append(frag.group(0))
+    j = frag.end()
+  word = text[start:end]
+  return any("".join(left[a:] + [word] + right[:b]).lower() in seen_words
+             for a in range(len(left) + 1) for b in range(len(right) + 1) if a < len(left) or b > 0)
+
+
 @functools.lru_cache(maxsize=1)
 def backend_names() -> frozenset[str]:
   """Every word (>= 3 letters) of a customer's name in the agent DB: never to be said
@@ -168,7 +197,8 @@ class TelecomRuleVerifier:
       while before > 0 and text[before - 1].isspace():
         before -= 1
       sentence_start = before == 0 or text[before - 1] in ".!?:>\n-—\"'(" or text.endswith("---", 0, before)
-      if not sentence_start and word not in _COMMON_CAPS and word.lower() not in vocab_words:
+      if (not sentence_start and word not in _COMMON_CAPS and word.lower() not in vocab_words
+          and not _spells_a_seen_word(text, m.start(1), m.end(1), seen_words)):
         out.append(word)
     for leak in self.privileged_leaks(ctx, text):
       written = leak.written.strip()
