@@ -9,6 +9,10 @@ older XLA:CPU fusion emitters replace the MLIR ones (``--xla_cpu_use_fusion_emit
 The variable is set in the environment, not only in jax's config, so that the subprocesses some
 tests start compile the same way.
 
+Property tests (hypothesis) draw the same examples on every run and machine (the ``repeatable``
+profile, no example database), so a run's outcome depends on the code alone;
+``HYPOTHESIS_PROFILE=explore`` draws new examples each run, to look for failures.
+
 Compiled programs are also kept between runs, in pytest's cache directory
 (``.pytest_cache/d/jax_compilation_cache``, at most 1 GiB): a second run of the same tests loads
 them instead of compiling again. ``pytest --cache-clear`` empties it, ``-p no:cacheprovider`` runs
@@ -32,6 +36,11 @@ os.environ.setdefault("RTI_JAX_COMPILE_CACHE", "off")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
+from hypothesis import settings as hypothesis_settings  # noqa: E402
+
+hypothesis_settings.register_profile("repeatable", derandomize=True, database=None)
+hypothesis_settings.register_profile("explore")
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 if os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] == "1":  # jax may have read the variable before it was set
   jax.config.update("jax_disable_most_optimizations", True)
