@@ -159,6 +159,7 @@ def test_bad_hidden_city_build_settings_are_named(override, key):
     build_config.load_navigation("sft_navigation", [override])
 
 
+@pytest.mark.slow
 def test_reading_check_plays_the_held_out_tasks_in_their_own_setting(worlds, nav_policy):
   """The builder's teacher-forced reading check on hidden-city tasks: their places exist only in
   the hidden-city world, so the check must play them there (the tiny setting's world lacks them)."""

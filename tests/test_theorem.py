@@ -151,6 +151,7 @@ def test_min_grad_norm_stays_under_eq10_bound_and_assumptions_hold(sweep):
     assert res[-1]["min_grad_sq"] < 0.1 * res[0]["min_grad_sq"]
 
 
+@pytest.mark.slow
 def test_measured_slope_is_about_minus_one_half_in_noise_dominated_regime():
   res = T.sweep_iterations(T.BanditProblem(), T.UpdateConfig(lam=0.1), [1000, 3000, 10000, 30000], n_seeds=SEEDS)
   slope = T.loglog_slope([r["num_iters"] for r in res], [r["min_grad_sq"] for r in res])

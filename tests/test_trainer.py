@@ -62,6 +62,7 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(toy_policy, tmp_path):
   assert _strip(reporting.read_jsonl(tmp_path / "cut" / "metrics.jsonl")) == _strip(full)
 
 
+@pytest.mark.slow
 def test_grpo_never_intervenes_and_metrics_are_complete(toy_policy, tmp_path):
   recs = Trainer(_cfg(toy_policy, "train.iterations=1"), tmp_path / "g", source=_toy_source(),
                  progress=False).train()
