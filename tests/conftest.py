@@ -52,6 +52,12 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
   return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+  """The slow tier first, each tier in its files' order: with ``-n``, the long end-to-end checks
+  start while every worker is free, and the short checks fill the end of the run."""
+  items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_configure(config: pytest.Config) -> None:
   cache = getattr(config, "cache", None)  # None with -p no:cacheprovider
   if cache is None or os.environ.get("JAX_COMPILATION_CACHE_DIR"):

@@ -23,6 +23,10 @@ def episodes(name):
   return b, out
 
 
+#: the paper setting's episodes (every task of both splits played twice) in the slow tier
+PAPER = pytest.param("paper", marks=pytest.mark.slow)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny", "paper"])
 def test_oracle_scores_100_and_naive_fails_exactly_the_disambiguation_tasks(name):
@@ -39,7 +43,7 @@ def test_oracle_scores_100_and_naive_fails_exactly_the_disambiguation_tasks(name
     assert naive_rate == pytest.approx(1 - share)
 
 
-@pytest.mark.parametrize("name", ["tiny", "paper"])
+@pytest.mark.parametrize("name", ["tiny", PAPER])
 def test_agent_turns_are_exactly_the_parsed_qwen_format(name):
   _, eps = episodes(name)
   for _, oracle, naive in eps["test"][:50]:
@@ -55,7 +59,7 @@ def test_agent_turns_are_exactly_the_parsed_qwen_format(name):
       assert tr.info["malformed"] == 0 and tr.info["tool_errors"] == 0
 
 
-@pytest.mark.parametrize("name", ["tiny", "paper"])
+@pytest.mark.parametrize("name", ["tiny", PAPER])
 def test_vocabulary_covers_every_text(name):
   vocab = set(vocabulary())
   assert 200 <= len(vocab) <= 600

@@ -27,6 +27,10 @@ from rti_jax.rollout import ChatFormatter, Episode, RolloutConfig, run_episodes,
 REASONING = "The user wants a route. I check each place against the tool results before I call anything."
 
 
+#: one worker runs this file (``--dist loadgroup``): building the real Qwen3 tokenizer costs a few seconds in
+#: each worker that runs any of its tests
+pytestmark = pytest.mark.xdist_group("qwen3_real")
+
 @pytest.fixture(scope="module")
 def tok():
   return qwen3_tokenizer("qwen3")

@@ -36,6 +36,10 @@ from rti_jax.envs.telecom.scripted_agents import (  # noqa: E402
 from rti_jax.envs.telecom.tasks import Action, load_split  # noqa: E402
 
 
+#: one worker runs this file (``--dist loadgroup``): tau2-bench's first scored episode (its import
+#: and databases) costs a few seconds in each worker that runs any of its tests
+pytestmark = pytest.mark.xdist_group("tau2")
+
 @pytest.fixture(scope="module", autouse=True)
 def _parsed_once():
   """tau2 parses its Telecom databases from TOML each time it builds an environment (three times per
