@@ -38,7 +38,9 @@ def test_spec_peak_reads_the_dense_bf16_datasheet_figure_of_the_device_kind(kind
 @pytest.mark.slow
 def test_a_sharded_run_writes_figures_that_match_an_independent_flop_count(tmp_path):
   out = tmp_path / "scale.json"
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  # the tests' XLA flags (tests/conftest.py) and 8 host devices
+  xla = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=xla)
   proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_scale.py"), "--size", "tiny", "--iters", "1",
                          "--mesh", "fsdp=4,tensor=2", "--peak", "0.5", "--gen-batch", "8", "--prompt", "24",
                          "--new", "8", "--train-batch", "8", "--train-len", "64", "--json", str(out)],

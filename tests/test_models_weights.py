@@ -190,7 +190,7 @@ def test_indivisible_dims_fall_back_to_replicated():
 
 _MESH_SCRIPT = textwrap.dedent("""
   import os, sys
-  os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
   import jax, numpy as np
   from jax.sharding import NamedSharding
   from flax import nnx
@@ -247,7 +247,7 @@ def test_shard_on_load_over_8_host_devices(tmp_path):
                                            max_new_tokens=6, temperature=0.0)
     np.savez(path / "batch.npz", ids=ids, mask=mask, logits=_flax_logits(plain, ids, mask),
              greedy=np.stack(greedy.tokens))
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env = dict(os.environ)  # the tests' XLA flags (tests/conftest.py); the script adds its device count
   env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)  # `models` from this tree
   res = subprocess.run([sys.executable, "-c", _MESH_SCRIPT] + [str(tmp_path / f) for f in families],
                        capture_output=True, text=True, env=env, timeout=300)
