@@ -31,6 +31,7 @@ REASONING = "The user wants a route. I check each place against the tool results
 #: each worker that runs any of its tests
 pytestmark = pytest.mark.xdist_group("qwen3_real")
 
+
 @pytest.fixture(scope="module")
 def tok():
   return qwen3_tokenizer("qwen3")

@@ -40,6 +40,7 @@ from rti_jax.envs.telecom.tasks import Action, load_split  # noqa: E402
 #: and databases) costs a few seconds in each worker that runs any of its tests
 pytestmark = pytest.mark.xdist_group("tau2")
 
+
 @pytest.fixture(scope="module", autouse=True)
 def _parsed_once():
   """tau2 parses its Telecom databases from TOML each time it builds an environment (three times per
