@@ -76,7 +76,9 @@ _GAP_RE = re.compile(r"[\s_.\-\u200b]{1,2}")
 
 def _spells_a_seen_word(text: str, start: int, end: int, seen_words: set[str]) -> bool:
   """Whether the letters ``text[start:end]``, joined with the letter fragments written next to them
-  across short separators, spell a word the conversation shows ("j Ohn" for a shown "John")."""
+  across short separators, spell a word the conversation shows ("j Ohn" for a shown "John").
+  At most 8 fragments on each side, read from bounded slices next to the word: the check runs for
+  every capitalised word of a reply, so its cost must not grow with the reply's length."""
   left, i = [], start
   while len(left) < 8:
     gap = re.search(r"[\s_.\-\u200b]{1,2}$", text[max(0, i - 2):i])
