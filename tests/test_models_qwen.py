@@ -15,7 +15,7 @@ from models_fixtures import padded_batch, torch_logits, write_checkpoint
   ("qwen3", False, None),
   ("qwen3", True, None),
   ("qwen2", True, None),
-  ("qwen2", False, None),
+  pytest.param("qwen2", False, None, marks=pytest.mark.slow),
   ("qwen3", False, {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}),
   ("qwen3_moe", False, None),
 ])
@@ -46,7 +46,7 @@ def test_left_and_right_padding_give_the_same_logits(tmp_path):
   np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-@pytest.mark.parametrize("t", [129, 300, 1100])
+@pytest.mark.parametrize("t", [129, pytest.param(300, marks=pytest.mark.slow), 1100])
 def test_causal_blocks_match_transformers_and_the_full_attention(tmp_path, t):
   """Sequences longer than one causal block (uncached passes) against transformers and against the
   same model's unblocked attention, with left and right padding."""

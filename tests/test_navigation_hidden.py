@@ -63,7 +63,7 @@ def test_default_share_leaves_world_tasks_and_prompts_as_before():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["tiny", "paper"])
+@pytest.mark.parametrize("name", ["tiny", pytest.param("paper", marks=pytest.mark.slow)])
 def test_hidden_tasks_at_the_configured_share_in_train_and_test(name):
   b = bench(name)
   assert (len(b.train), len(b.test)) == (600, 150)
@@ -82,7 +82,7 @@ def test_hidden_tasks_at_the_configured_share_in_train_and_test(name):
   assert saved == _hidden(b)[0] and saved.hidden_city
 
 
-@pytest.mark.parametrize("name", ["tiny", "paper"])
+@pytest.mark.parametrize("name", ["tiny", pytest.param("paper", marks=pytest.mark.slow)])
 def test_the_other_tasks_are_the_default_splits_tasks_with_their_ids(name):
   """The tasks that are not hidden-city tasks: the first n - hidden_count(n) of each default split,
   with the same ids; their stops' exact search results are the same in the larger world."""
@@ -118,7 +118,7 @@ def _cities_found(world, name, region):
   return {c.city for c in parse_candidates(poi_search(world, args).text) if c.name.lower() == name.lower()}
 
 
-@pytest.mark.parametrize("name", ["tiny", "paper"])
+@pytest.mark.parametrize("name", ["tiny", pytest.param("paper", marks=pytest.mark.slow)])
 def test_no_search_result_tells_the_hidden_city(name):
   """Brute force over the tools: every stop searched without a region and in every city. The cities
   where every stop is found (the trips the results allow) are at least two, and the unregioned
@@ -145,7 +145,7 @@ def test_no_search_result_tells_the_hidden_city(name):
 # --- the leak that succeeds, and the honest path ----------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["tiny", "paper"])
+@pytest.mark.parametrize("name", ["tiny", pytest.param("paper", marks=pytest.mark.slow)])
 def test_a_region_from_the_evidence_solves_it_and_no_region_does_not(name):
   b = bench(name)
   env = nav.NavigationEnv(b.world)
@@ -162,7 +162,7 @@ def test_a_region_from_the_evidence_solves_it_and_no_region_does_not(name):
     assert leak_episode(env, task, decoy).reward == 0.0
 
 
-@pytest.mark.parametrize("name", ["tiny", "paper"])
+@pytest.mark.parametrize("name", ["tiny", pytest.param("paper", marks=pytest.mark.slow)])
 def test_oracle_asks_the_user_and_solves_every_hidden_task(name):
   b = bench(name)
   env = nav.NavigationEnv(b.world)
@@ -244,7 +244,7 @@ def _ctx(env, task, draft):
   return StepContext(task.query, history, draft, tuple(env.tool_schemas()), env.reward_evidence(), "navigation")
 
 
-@pytest.mark.parametrize("name", ["tiny", "paper"])
+@pytest.mark.parametrize("name", ["tiny", pytest.param("paper", marks=pytest.mark.slow)])
 def test_verifier_rejects_the_hidden_city_until_the_user_said_it(name):
   b = bench(name)
   env = nav.NavigationEnv(b.world)

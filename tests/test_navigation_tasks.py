@@ -20,7 +20,7 @@ def _stops(world, pois, hinted=()):
   return [T.Stop(p.name, p.city, p.location, p.poi_id, p.name in hinted) for p in pois]
 
 
-@pytest.mark.parametrize("name", ["tiny", "paper"])
+@pytest.mark.parametrize("name", ["tiny", pytest.param("paper", marks=pytest.mark.slow)])
 def test_splits_are_deterministic_sized_and_disjoint(name):
   b = bench(name)
   cfg = b.config
@@ -37,7 +37,7 @@ def test_splits_are_deterministic_sized_and_disjoint(name):
   assert {t.order_level for t in b.train} == {0, 1, 2, 3, 4}
 
 
-@pytest.mark.parametrize("name", ["tiny", "paper"])
+@pytest.mark.parametrize("name", ["tiny", pytest.param("paper", marks=pytest.mark.slow)])
 def test_every_task_is_a_coherent_trip_mentioned_exactly_once(name):
   b = bench(name)
   world = b.world
@@ -55,7 +55,7 @@ def test_every_task_is_a_coherent_trip_mentioned_exactly_once(name):
     assert t.order_level == T.annotate_order_level(t.query) == T.template_level(t.template)
 
 
-@pytest.mark.parametrize("name", ["tiny", "paper"])
+@pytest.mark.parametrize("name", ["tiny", pytest.param("paper", marks=pytest.mark.slow)])
 def test_disambiguation_share_is_substantial_and_labels_are_right(name):
   b = bench(name)
   for split in (b.train, b.test):

@@ -148,7 +148,7 @@ def _numpy_update(policy: dict[str, np.ndarray], batch: dict[str, np.ndarray], e
   return dict(task=task, shared=shared), n_clipped
 
 
-@pytest.mark.parametrize("n_epochs", [1, 3])
+@pytest.mark.parametrize("n_epochs", [pytest.param(1, marks=pytest.mark.slow), 3])
 def test_policy_update_matches_numpy_eq7_gradient_steps(n_epochs):
   world = dataclasses.replace(WORLD, num_tasks=3)
   correct, theta0 = world.build()
