@@ -24,6 +24,8 @@ import numpy as np
 from flax import nnx
 
 from models.qwen import Qwen
+from models.vocab_logprobs import hidden_token_logprobs
+from rti_jax.objectives.core import token_logprobs
 from rti_jax.shapes import bucket_length, bucket_rows
 from rti_jax.sharding import DECODE_AXIS_RULES, activation_sharding
 
@@ -84,6 +86,35 @@ def response_logprobs(model: Qwen, input_ids: jax.Array, attention_mask: jax.Arr
   h_r = model.hidden_states(input_ids, attention_mask, right_padded=True, query_index=pos)  # [B, width, E]
   targets = jnp.take_along_axis(input_ids, jnp.minimum(pos + 1, t - 1), axis=1)
   return _target_logprobs(model, h_r, targets, chunk)
+
+
+def token_logprobs_at(model: Qwen, input_ids: jax.Array, attention_mask: jax.Array, positions: jax.Array, *,
+                      vocab_chunk: int | None = None, remat: str = "none", right_padded: bool = False,
+                      scan: bool = False, temperature: float = 1.0) -> jax.Array:
+  """``rti_jax.objectives.next_token_logprobs(model(input_ids, attention_mask) / temperature, input_ids)``
+  at ``positions`` only, 0 elsewhere: out[i, t] = log p(input_ids[i, t] | input_ids[i, :t]) where
+  t is in ``positions[i]``. [B, T] fp32, differentiable.
+
+  positions: [B, W] int, positions t >= 1 (each at most once per row); 0 marks an unused slot. The
+  last decoder layer, the final norm and the LM head run at the W positions before them alone
+  (``Qwen.hidden_states``' ``query_index``): a loss over a quarter of a batch's tokens pays for a
+  quarter of the head. vocab_chunk: None (the [B, W, V] logits at once) or the ids per chunk
+  (``models.vocab_logprobs``); remat, right_padded, scan: as ``Qwen.hidden_states``.
+  """
+  b, t = input_ids.shape
+  h = model.hidden_states(input_ids, attention_mask, remat=remat, right_padded=right_padded, scan=scan,
+                          query_index=jnp.maximum(positions - 1, 0))  # [B, W, E]
+  targets = jnp.take_along_axis(input_ids, positions, axis=1)
+  if vocab_chunk is None:
+    logits = model.logits(h)
+    lp = token_logprobs(logits if temperature == 1.0 else logits / temperature, targets)
+  else:
+    tied = model.config.tie_word_embeddings
+    head = model.embed.embedding[...] if tied else model.lm_head[...]
+    lp = hidden_token_logprobs(h, head, targets, chunk=vocab_chunk, vocab_major=tied, precision=model.precision,
+                               temperature=temperature)
+  lp = jnp.where(positions > 0, lp, 0.0)  # every unused slot writes the same 0 at column 0
+  return jnp.zeros((b, t), jnp.float32).at[jnp.arange(b)[:, None], positions].set(lp)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "width", "mesh"))

@@ -191,6 +191,10 @@ class OptimConfig:
   vocab_chunk: Optional[int] = None
   tokens_per_device: Optional[int] = None
   scan_layers: bool = False
+  # The policy's log-probs (train step, recomputed behaviour, KL reference) at the trained tokens
+  # alone: the last decoder layer and the LM head skip prompt and tool-result positions (the same
+  # values up to rounding; false: at every position).
+  trained_positions: bool = True
 
 
 @dataclasses.dataclass

@@ -113,6 +113,18 @@ def jit_step_functions(graphdef: Any, tx: optax.GradientTransformation, mesh: Me
     """Loss numerator (differentiated), with the denominator and metrics as aux."""
     batch.check()
     net = nnx.merge(graphdef, p, rest_state)
+    if batch.trained_positions is not None:  # the log-probs at the trained positions alone
+      from models.scoring import token_logprobs_at
+
+      if not hasattr(net, "hidden_states") or logp_fn is not next_token_logprobs:
+        raise ValueError("batch.trained_positions: needs a model with hidden_states (models.qwen.Qwen) and the "
+                         "default logp_fn")
+      with activation_sharding(mesh, rules):
+        logp = token_logprobs_at(net, batch.input_ids, batch.attention_mask, batch.trained_positions,
+                                 vocab_chunk=memory.vocab_chunk, remat=memory.remat, scan=memory.scan_layers,
+                                 right_padded=True, temperature=temp)
+      parts = parts_of(logp, batch, loss_cfg)
+      return parts.numerator, (parts.denominator, parts.metrics)
     if memory.lean:
       kw = dict(remat=memory.remat, scan=memory.scan_layers, right_padded=True)  # RTIBatch rows are right padded
       with activation_sharding(mesh, rules):
@@ -195,15 +207,21 @@ def jit_step_functions(graphdef: Any, tx: optax.GradientTransformation, mesh: Me
 @functools.partial(jax.jit, static_argnames=("graphdef", "vocab_chunk", "micro_batches", "scan", "temperature"))
 def forward_logp(graphdef: Any, params: Any, rest: Any, ids: jax.Array, mask: jax.Array,
                  vocab_chunk: int | None = None, micro_batches: int = 1, scan: bool = False,
-                 temperature: float = 1.0) -> jax.Array:
+                 temperature: float = 1.0, positions: jax.Array | None = None) -> jax.Array:
   """Per-token log-probs [B, T] of ``ids`` under ``params``, of ``logits / temperature`` (the KL
   reference pass and the recomputed behaviour log-probs of ``rti_jax.trainer``; with vocab_chunk,
   from the hidden states a vocabulary chunk at a time; micro_batches > 1: rows ``j, j+k, ...`` at a
-  time in a ``lax.map``, as the train step splits them). Module-level, so trainers of the same
-  architecture (GRPO then RTI in one run, or the next seed) share its compiles."""
+  time in a ``lax.map``, as the train step splits them; positions: [B, W], only there, 0 elsewhere,
+  as ``RTIBatch.trained_positions``). Module-level, so trainers of the same architecture (GRPO then
+  RTI in one run, or the next seed) share its compiles."""
   net = nnx.merge(graphdef, params, rest)
 
-  def one(ids: jax.Array, mask: jax.Array) -> jax.Array:
+  def one(ids: jax.Array, mask: jax.Array, pos: jax.Array | None) -> jax.Array:
+    if pos is not None:
+      from models.scoring import token_logprobs_at
+
+      return token_logprobs_at(net, ids, mask, pos, vocab_chunk=vocab_chunk, right_padded=True, scan=scan,
+                               temperature=temperature)
     if vocab_chunk is not None:
       return net.token_logprobs(ids, mask, vocab_chunk=vocab_chunk, right_padded=True, scan=scan,
                                 temperature=temperature)
@@ -212,9 +230,10 @@ def forward_logp(graphdef: Any, params: Any, rest: Any, ids: jax.Array, mask: ja
 
   k, b = micro_batches, ids.shape[0]
   if k == 1 or b % k:
-    return one(ids, mask)
-  split = lambda x: jnp.swapaxes(x.reshape(b // k, k, *x.shape[1:]), 0, 1)  # noqa: E731
-  return jnp.swapaxes(jax.lax.map(lambda a: one(*a), (split(ids), split(mask))), 0, 1).reshape(ids.shape)
+    return one(ids, mask, positions)
+  split = lambda x: None if x is None else jnp.swapaxes(x.reshape(b // k, k, *x.shape[1:]), 0, 1)  # noqa: E731
+  return jnp.swapaxes(jax.lax.map(lambda a: one(*a), (split(ids), split(mask), split(positions))), 0,
+                      1).reshape(ids.shape)
 
 
 @functools.partial(jax.jit, donate_argnums=(0,))

@@ -207,13 +207,15 @@ class Trainer:
     rng = np.random.default_rng([self.cfg.train.seed, epoch])
     return rng.permutation(len(self.source.train))
 
-  def _logp_fn(self, params: Any, ids: jax.Array, mask: jax.Array) -> jax.Array:
-    """Per-token log-probs [B, T] of ``ids`` under ``params`` (jitted; compiles shared across trainers)."""
+  def _logp_fn(self, params: Any, ids: jax.Array, mask: jax.Array, positions: Any = None) -> jax.Array:
+    """Per-token log-probs [B, T] of ``ids`` under ``params`` (jitted; compiles shared across trainers);
+    with ``positions`` ([B, W], ``RTIBatch.trained_positions``) at those alone, 0 elsewhere."""
     o = self.cfg.optim
     k = MemoryModel(tokens_per_device=o.tokens_per_device).count(ids.shape[0], ids.shape[1],
                                                                   self.train_step.data_parallel_degree)
+    scan = o.scan_layers and (o.vocab_chunk is not None or positions is not None)
     return forward_logp(self.train_step.graphdef, params, self.state.rest, ids, mask, o.vocab_chunk, k,
-                        o.scan_layers and o.vocab_chunk is not None, self.loss_config.logp_temperature)
+                        scan, self.loss_config.logp_temperature, positions)
 
   # --- data ----------------------------------------------------------------------------------
 
@@ -324,6 +326,8 @@ class Trainer:
               default=1)
       bucket = lambda length: bucket_length(min(length, max_len), **UPDATE_BUCKETS)  # noqa: E731
       chunks = objectives.length_chunks(batch, n, bucket)
+      if self.cfg.optim.trained_positions:
+        chunks = [objectives.with_trained_positions(c) for c in chunks]
       if self.cfg.loss.behaviour_logp == "recompute":
         chunks = [self._recompute_behaviour(c, sampling_params) for c in chunks]
       chunks = self.hooks.batch_signals(chunks, sampling_params)  # e.g. AEPO's entropy, OPD's teacher log-probs
@@ -353,14 +357,15 @@ class Trainer:
   def _recompute_behaviour(self, batch: objectives.RTIBatch, params: Any) -> objectives.RTIBatch:
     """``old_logp`` of every trained token from ``params`` at ``loss.logp_temperature`` (intervened
     tokens under the rollout context: pi_roll, as ``loss.intervened_old_logp=roll``)."""
-    logp = np.asarray(self._logp_fn(params, batch.input_ids, batch.attention_mask))
+    logp = np.asarray(self._logp_fn(params, batch.input_ids, batch.attention_mask, batch.trained_positions))
     old = np.where(np.asarray(batch.loss_mask) > 0, logp, np.asarray(batch.old_logp)).astype(np.float32)
     return dataclasses.replace(batch, old_logp=old)
 
   def _device_batch(self, batch: objectives.RTIBatch) -> objectives.RTIBatch:
     """A host batch with the reference log-probs, on the mesh."""
     if self.ref_params is not None:
-      batch = dataclasses.replace(batch, ref_logp=self._logp_fn(self.ref_params, batch.input_ids, batch.attention_mask))
+      batch = dataclasses.replace(batch, ref_logp=self._logp_fn(self.ref_params, batch.input_ids, batch.attention_mask,
+                                                                batch.trained_positions))
     return distributed.place_batch(self.train_step, batch)  # train_step.shard_batch in one process
 
   # --- evaluation ----------------------------------------------------------------------------

@@ -48,7 +48,7 @@ def _batch(trainer, groups):
                                     advantage_std=trainer.cfg.loss.adv_std)
   batch = objectives.without_empty_intervention(batch)
   (chunk,) = objectives.length_chunks(batch, 1, lambda n: bucket_length(min(n, max_len), **UPDATE_BUCKETS))
-  return chunk
+  return objectives.with_trained_positions(chunk) if trainer.cfg.optim.trained_positions else chunk
 
 
 def test_epochs_take_the_same_steps_as_repeating_the_step_by_hand(toy_policy, tmp_path):

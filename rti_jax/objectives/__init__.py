@@ -10,7 +10,7 @@ from rti_jax.objectives.baselines import (aepo_advantages, aepo_loss, aepo_token
                                           opd_advantages)
 from rti_jax.objectives.batch import (INTERVENED_OLD_LOGP, LOSSES, LossConfig, LossFn, LossParts, RTIBatch, assemble_batch,
                                       combine_chunk_metrics, get_loss, length_chunks, loss_from_batch,
-                                      without_empty_intervention)
+                                      trained_width, with_trained_positions, without_empty_intervention)
 from rti_jax.objectives.core import (AGG_MODES, ADVANTAGE_STDS, KL_KINDS, LOG_RATIO_CLAMP,
                                      aggregate, aggregate_parts, calibration_weights,
                                      clipped_surrogate, group_advantages, grpo_loss,
@@ -20,7 +20,8 @@ from rti_jax.objectives.core import (AGG_MODES, ADVANTAGE_STDS, KL_KINDS, LOG_RA
 
 __all__ = [
     "ADVANTAGE_STDS", "AGG_MODES", "INTERVENED_OLD_LOGP", "KL_KINDS", "LOG_RATIO_CLAMP", "LOSSES", "LossConfig", "LossFn",
-    "LossParts", "RTIBatch", "aepo_advantages", "assemble_batch", "combine_chunk_metrics", "length_chunks", "without_empty_intervention", "aepo_loss", "aepo_token_loss", "aggregate",
+    "LossParts", "RTIBatch", "aepo_advantages", "assemble_batch", "combine_chunk_metrics", "length_chunks", "trained_width", "with_trained_positions",
+    "without_empty_intervention", "aepo_loss", "aepo_token_loss", "aggregate",
     "aggregate_parts", "calibration_weights", "clipped_surrogate", "entropy_zscore", "get_loss", "group_advantages",
     "grpo_loss", "grpo_token_loss", "gspo_loss", "gspo_token_loss", "kl_penalty",
     "loss_from_batch", "luffy_loss", "luffy_token_loss", "next_token_logprobs", "opd_advantages",

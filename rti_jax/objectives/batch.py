@@ -46,7 +46,11 @@ class RTIBatch:
   teacher_logp: [B, T] teacher log-probs (OPD).
   entropy: [B, T] AEPO's standardised sampling-policy entropy per token (``entropy_zscore`` over the
     trained tokens of the whole minibatch, taken before it is cut into chunks or micro-batches).
-  The last six are optional (None); RTI treats missing intervention fields as "nothing intervened".
+  trained_positions: [B, W] int32, each row's trained positions (``loss_mask != 0``, t >= 1) in
+    order, then 0s (``with_trained_positions``): the train step then takes the policy's log-probs
+    at these positions alone (``models.scoring.token_logprobs_at``; the same values, and the loss
+    reads no other position).
+  The last seven are optional (None); RTI treats missing intervention fields as "nothing intervened".
   """
 
   input_ids: jax.Array
@@ -60,6 +64,7 @@ class RTIBatch:
   ref_logp: jax.Array | None = None
   teacher_logp: jax.Array | None = None
   entropy: jax.Array | None = None
+  trained_positions: jax.Array | None = None
 
   @property
   def shape(self) -> tuple[int, int]:
@@ -86,6 +91,11 @@ class RTIBatch:
                        f"got present={dict(zip(('roll_logp', 'cal_logp', 'intervened_mask'), present))}")
     if self.intervened_mask is not None:
       C.check_mask("batch.intervened_mask", self.intervened_mask, shape)
+    if self.trained_positions is not None:
+      pos = C.as_array("batch.trained_positions", self.trained_positions)
+      if pos.ndim != 2 or pos.shape[0] != shape[0] or pos.shape[1] > shape[1] or not jnp.issubdtype(pos.dtype, jnp.integer):
+        raise ValueError(f"batch.trained_positions: expected an integer [B, W] array with B={shape[0]}, W <= {shape[1]}, "
+                         f"got shape {tuple(pos.shape)} dtype {pos.dtype}")
     return self
 
 
@@ -385,7 +395,10 @@ def length_chunks(batch: RTIBatch, n: int, bucket: Callable[[int], int]) -> list
       x = np.asarray(x)[rows]
       return x[:, :t] if x.ndim == 2 else x
 
-    chunk = RTIBatch(**{f.name: take(getattr(batch, f.name)) for f in dataclasses.fields(batch)})
+    chunk = RTIBatch(**{f.name: take(getattr(batch, f.name)) for f in dataclasses.fields(batch)
+                        if f.name != "trained_positions"})
+    if batch.trained_positions is not None:
+      chunk = with_trained_positions(chunk)
     out.append(_pad_batch(chunk, t))
   return out
 
@@ -422,4 +435,28 @@ def _pad_batch(batch: RTIBatch, length: int) -> RTIBatch:
       return x
     return jnp.pad(x, ((0, 0), (0, length - t)))
 
-  return RTIBatch(**{f.name: pad(getattr(batch, f.name)) for f in dataclasses.fields(batch)})
+  return RTIBatch(**{f.name: getattr(batch, f.name) if f.name == "trained_positions" else pad(getattr(batch, f.name))
+                     for f in dataclasses.fields(batch)})
+
+
+def trained_width(count: int, length: int) -> int:
+  """The slots W of ``trained_positions`` for at most ``count`` trained tokens a row in a batch of
+  ``length``: the next multiple of ``length // 8`` (at least 1), at most ``length``; so a bucketed
+  length gives at most 8 widths (distinct compiled programs)."""
+  step = max(length // 8, 1)
+  return min(length, max(step, -(-int(count) // step) * step))
+
+
+def with_trained_positions(batch: RTIBatch) -> RTIBatch:
+  """``batch`` with ``trained_positions``: each row's positions t >= 1 with ``loss_mask != 0``, in
+  order, 0-padded to ``trained_width`` of the largest count (a host-side step, like the chunking).
+  Position 0 is never a prediction (its log-prob is 0 by convention), so it is left out."""
+  mask = np.asarray(batch.loss_mask) != 0
+  mask[:, 0] = False
+  b, t = mask.shape
+  counts = mask.sum(axis=1)
+  pos = np.zeros((b, trained_width(int(counts.max(initial=0)), t)), np.int32)
+  for i in range(b):
+    idx = np.flatnonzero(mask[i])
+    pos[i, :idx.size] = idx
+  return dataclasses.replace(batch, trained_positions=pos)
