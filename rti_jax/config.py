@@ -192,9 +192,10 @@ class OptimConfig:
   tokens_per_device: Optional[int] = None
   scan_layers: bool = False
   # The policy's log-probs (train step, recomputed behaviour, KL reference) at the trained tokens
-  # alone: the last decoder layer and the LM head skip prompt and tool-result positions (the same
-  # values up to rounding; false: at every position).
-  trained_positions: bool = True
+  # alone: the last decoder layer and the LM head skip prompt and tool-result positions. The same
+  # values up to fp32 rounding, which can still change a sampled token later in a run, so the
+  # published CPU tables keep false (every position); docs/benchmarks.md has the speed-up.
+  trained_positions: bool = False
 
 
 @dataclasses.dataclass
