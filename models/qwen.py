@@ -384,11 +384,16 @@ class Qwen(nnx.Module):
     fp32, the vocabulary ``vocab_chunk`` ids at a time (``models.vocab_logprobs``)."""
     h = self.hidden_states(input_ids, attention_mask, remat=remat, right_padded=right_padded, scan=scan)
     targets = jnp.concatenate([input_ids[:, 1:], jnp.zeros_like(input_ids[:, :1])], axis=1)
+    lp = self.head_logprobs(h, targets, vocab_chunk=vocab_chunk, temperature=temperature)
+    return jnp.pad(lp[:, :-1], ((0, 0), (1, 0)))
+
+  def head_logprobs(self, h: jax.Array, targets: jax.Array, *, vocab_chunk: int, temperature: float = 1.0) -> jax.Array:
+    """h: [B, W, E], targets: [B, W] -> log softmax(logits(h) / temperature)[targets] [B, W] fp32,
+    the vocabulary ``vocab_chunk`` ids at a time (``models.vocab_logprobs``)."""
     tied = self.config.tie_word_embeddings
     head = self.embed.embedding[...] if tied else self.lm_head[...]
-    lp = hidden_token_logprobs(h, head, targets, chunk=vocab_chunk, vocab_major=tied, precision=self.precision,
-                               temperature=temperature)
-    return jnp.pad(lp[:, :-1], ((0, 0), (1, 0)))
+    return hidden_token_logprobs(h, head, targets, chunk=vocab_chunk, vocab_major=tied, precision=self.precision,
+                                 temperature=temperature)
 
   def forward(self, input_ids: jax.Array, positions: jax.Array, mask: jax.Array,
               cache: list[LayerCache] | None = None, cache_index: jax.Array | None = None,

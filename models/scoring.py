@@ -24,7 +24,6 @@ import numpy as np
 from flax import nnx
 
 from models.qwen import Qwen
-from models.vocab_logprobs import hidden_token_logprobs
 from rti_jax.objectives.core import token_logprobs
 from rti_jax.shapes import bucket_length, bucket_rows
 from rti_jax.sharding import DECODE_AXIS_RULES, activation_sharding
@@ -109,10 +108,7 @@ def token_logprobs_at(model: Qwen, input_ids: jax.Array, attention_mask: jax.Arr
     logits = model.logits(h)
     lp = token_logprobs(logits if temperature == 1.0 else logits / temperature, targets)
   else:
-    tied = model.config.tie_word_embeddings
-    head = model.embed.embedding[...] if tied else model.lm_head[...]
-    lp = hidden_token_logprobs(h, head, targets, chunk=vocab_chunk, vocab_major=tied, precision=model.precision,
-                               temperature=temperature)
+    lp = model.head_logprobs(h, targets, vocab_chunk=vocab_chunk, temperature=temperature)
   lp = jnp.where(positions > 0, lp, 0.0)  # every unused slot writes the same 0 at column 0
   return jnp.zeros((b, t), jnp.float32).at[jnp.arange(b)[:, None], positions].set(lp)
 

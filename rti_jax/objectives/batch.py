@@ -453,10 +453,7 @@ def with_trained_positions(batch: RTIBatch) -> RTIBatch:
   Position 0 is never a prediction (its log-prob is 0 by convention), so it is left out."""
   mask = np.asarray(batch.loss_mask) != 0
   mask[:, 0] = False
-  b, t = mask.shape
-  counts = mask.sum(axis=1)
-  pos = np.zeros((b, trained_width(int(counts.max(initial=0)), t)), np.int32)
-  for i in range(b):
-    idx = np.flatnonzero(mask[i])
-    pos[i, :idx.size] = idx
+  width = trained_width(int(mask.sum(axis=1).max(initial=0)), mask.shape[1])
+  first = np.argsort(~mask, axis=1, kind="stable")[:, :width]  # each row's trained positions first, in order
+  pos = np.where(np.take_along_axis(mask, first, axis=1), first, 0).astype(np.int32)
   return dataclasses.replace(batch, trained_positions=pos)
