@@ -17,11 +17,22 @@ Compiled programs are also kept between runs, in pytest's cache directory
 (``.pytest_cache/d/jax_compilation_cache``, at most 1 GiB): a second run of the same tests loads
 them instead of compiling again. ``pytest --cache-clear`` empties it, ``-p no:cacheprovider`` runs
 without it, and ``JAX_COMPILATION_CACHE_DIR`` in the environment puts it elsewhere.
+
+Python keeps the bytecode of the project's modules and of the assertion-rewritten test modules in
+``__pycache__`` directories (ignored by git) during a test run even when
+``PYTHONDONTWRITEBYTECODE`` is set: every xdist worker and every subprocess a test starts would
+otherwise compile the project's sources and rewrite all test modules again, about 8 s of each
+worker's collection (docs/benchmarks.md). ``RTI_JAX_TEST_BYTECODE=0`` keeps Python's setting.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+
+if os.environ.get("RTI_JAX_TEST_BYTECODE", "1") != "0":
+  sys.dont_write_bytecode = False
+  os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # the workers and subprocesses started from here
 
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 # XLA:CPU's MLIR fusion emitters compile a small program several times slower than the older
