@@ -14,7 +14,7 @@ profile, no example database), so a run's outcome depends on the code alone;
 ``HYPOTHESIS_PROFILE=explore`` draws new examples each run, to look for failures.
 
 Compiled programs are also kept between runs, in pytest's cache directory
-(``.pytest_cache/d/jax_compilation_cache``, at most 1 GiB): a second run of the same tests loads
+(``.pytest_cache/d/jax_compilation_cache``, trimmed to 1 GiB at the end of a run): a second run of the same tests loads
 them instead of compiling again. ``pytest --cache-clear`` empties it, ``-p no:cacheprovider`` runs
 without it, and ``JAX_COMPILATION_CACHE_DIR`` in the environment puts it elsewhere.
 
@@ -76,7 +76,41 @@ def pytest_configure(config: pytest.Config) -> None:
   jax.config.update("jax_compilation_cache_dir", str(cache.mkdir("jax_compilation_cache")))
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # the tests' programs compile in ms
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-  jax.config.update("jax_compilation_cache_max_size", 1 << 30)  # least recently used entries go first
+  # No size limit inside the run: with one, JAX reads every entry's access time on each write (a
+  # cold run of the fast tier took twice as long); the run's end trims the directory instead.
+  jax.config.update("jax_compilation_cache_max_size", -1)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+  """The compiled-program cache back to at most ``_CACHE_BYTES``, the entries least recently
+  written or read going first (once, in the process that started the run)."""
+  cache = getattr(session.config, "cache", None)
+  if cache is None or hasattr(session.config, "workerinput") or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    return
+  trim_compilation_cache(cache.mkdir("jax_compilation_cache"), _CACHE_BYTES)
+
+
+_CACHE_BYTES = 1 << 30
+
+
+def trim_compilation_cache(path, max_bytes: int) -> int:
+  """Deletes the oldest entries of JAX's compilation cache at ``path`` (by the later of their
+  access and modification times) until their sizes sum to at most ``max_bytes``, and the access-time
+  files of JAX's own size limit; the number of entries deleted."""
+  entries = []
+  for f in path.iterdir():
+    if f.name.endswith("-atime"):
+      f.unlink(missing_ok=True)
+    elif f.name.endswith("-cache"):
+      st = f.stat()
+      entries.append((max(st.st_atime, st.st_mtime), st.st_size, f))
+  total, deleted = sum(e[1] for e in entries), 0
+  for _, size, f in sorted(entries, key=lambda e: e[0]):
+    if total <= max_bytes:
+      break
+    f.unlink(missing_ok=True)
+    total, deleted = total - size, deleted + 1
+  return deleted
 
 
 @pytest.fixture(scope="session")
