@@ -105,7 +105,7 @@ def test_uncached_attention_equals_the_einsum_attention_of_the_cached_path() -> 
   assert np.max(np.abs(np.asarray(short) - np.asarray(ref))[real[:, :40]]) <= 1e-5
 
 
-@pytest.mark.parametrize("moe", [False, True])
+@pytest.mark.parametrize("moe", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_hidden_states_at_query_positions_equal_the_full_pass_there(moe: bool) -> None:
   """``query_index`` (the last layer at a few positions only, as scoring uses it) gives the full
   pass's hidden states at those positions, repeated and clamped ones included, with the earlier

@@ -45,7 +45,9 @@ def qwen3(qwen3_ckpt):
   return Sampler(model, max_cache_len=256), ref
 
 
-@pytest.mark.parametrize("ckpt", ["qwen3_ckpt", "qwen2_tied_ckpt", "qwen3_moe_ckpt"])
+# the families' forward passes are checked against transformers in test_models_qwen's fast tier
+@pytest.mark.parametrize("ckpt", ["qwen3_ckpt", pytest.param("qwen2_tied_ckpt", marks=pytest.mark.slow),
+                                  pytest.param("qwen3_moe_ckpt", marks=pytest.mark.slow)])
 def test_greedy_equals_transformers_generate(request, ckpt):
   path, ref = request.getfixturevalue(ckpt)
   model, _ = models.from_pretrained(path)
@@ -177,7 +179,9 @@ def test_filter_logits_matches_brute_force(top_k, top_p):
     np.testing.assert_array_equal(got[row][want], logits[row][want])
 
 
-@pytest.mark.parametrize("top_k, top_p", [(5, 1.0), pytest.param(0, 0.7, marks=pytest.mark.slow)])
+# slow: the filter is checked by brute force and the sampler's law at a temperature in the fast tier
+@pytest.mark.parametrize("top_k, top_p", [pytest.param(5, 1.0, marks=pytest.mark.slow),
+                                          pytest.param(0, 0.7, marks=pytest.mark.slow)])
 def test_top_k_top_p_sampling_matches_the_truncated_law(qwen3, top_k, top_p):
   sampler, ref = qwen3
   prompt = [2, 7, 1, 8]

@@ -478,7 +478,8 @@ def test_rti_weights_scale_the_per_token_gradient() -> None:
   np.testing.assert_allclose(g_rti, w * g_grpo, rtol=1e-5, atol=1e-8)
 
 
-@pytest.mark.parametrize("name", sorted(O.LOSSES))
+@pytest.mark.parametrize("name", [n if n in ("grpo", "rti") else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in sorted(O.LOSSES)])
 @pytest.mark.parametrize("extreme", [-1e4, pytest.param(0.0, marks=pytest.mark.slow)])
 def test_every_loss_is_finite_for_extreme_logprobs(name, extreme) -> None:
   b, t = 4, 5

@@ -473,7 +473,7 @@ def test_mix_with_check_line_starts_every_second_turn_with_it(setup):
       assert turns[1].split("\n", 1)[1].startswith(TRUST_FIRST) and not turns[1].startswith("Check: all")
 
 
-@pytest.mark.parametrize("check", [False, True])
+@pytest.mark.parametrize("check", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_resolve_tail_trains_the_re_search_turn_but_its_decision_token(setup, check):
   """complete_share: the oracle episode trained whole except one token, the first of the decision
   in the re-search turn (after the check line when there is one); the mix before it is unchanged."""
