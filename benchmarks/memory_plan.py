@@ -9,7 +9,9 @@ Programs:
   train_step  the trainer's update (``rti_jax.sharding.make_train_step``'s body, state donated):
               forward with per-layer remat (layers scanned), log-probs a vocabulary chunk at a time, the RTI loss
               (Eq. 7), backward, micro-batches from ``--tokens-per-device`` summed in a scan,
-              global-norm clip + AdamW; fp32 master weights and moments, bf16 matmuls.
+              global-norm clip + AdamW; fp32 master weights and moments, bf16 matmuls;
+              ``--trained-width W``: the log-probs at W trained positions per row
+              (``optim.trained_positions``: the last layer and the LM head there alone).
   prefill     the sampler's prompt pass into an empty KV cache (bf16 decode copy of the weights,
               ``DECODE_AXIS_RULES``), last-position logits.
   decode      one decode step: one token per row against the full cache (cache donated).
@@ -108,11 +110,14 @@ def train_step_program(config: QwenConfig, mesh, args):
   f32 = lambda: abstract((b, t), jnp.float32, b_sh)  # noqa: E731
   batch = RTIBatch(input_ids=abstract((b, t), jnp.int32, b_sh), attention_mask=abstract((b, t), jnp.int32, b_sh),
                    loss_mask=f32(), old_logp=f32(), advantages=abstract((b,), jnp.float32, b_sh),
-                   roll_logp=f32(), cal_logp=f32(), intervened_mask=f32())
+                   roll_logp=f32(), cal_logp=f32(), intervened_mask=f32(),
+                   trained_positions=abstract((b, args.trained_width), jnp.int32, b_sh) if args.trained_width else None)
   dp = S._axes_size(mesh, b_sh.spec[0])
   k = memory.count(b, t, dp)
   notes = [f"{k} micro-batches of {b // k} rows ({b // k // dp} per device) x {t} tokens",
            f"replicated fallbacks: {len(fallbacks)}"]
+  if args.trained_width:
+    notes.append(f"log-probs at {args.trained_width} trained positions per row")
   return step.lower(state, batch).compile(), notes
 
 
@@ -207,6 +212,9 @@ def main() -> None:
   ap.add_argument("--scan-layers", action=argparse.BooleanOptionalAction, default=True,
                   help="the layers as one scan (--no-scan-layers: a Python loop of remat layers)")
   ap.add_argument("--tokens-per-device", type=int, default=8192)
+  ap.add_argument("--trained-width", type=int, default=0,
+                  help="optim.trained_positions: the last layer and the LM head at this many positions per row "
+                       "(objectives.trained_width: a multiple of seq / 8); 0: every position")
   ap.add_argument("--decode-batch", type=int, default=64)
   ap.add_argument("--cache", type=int, default=8192)
   ap.add_argument("--max-new-tokens", type=int, default=1024, help="prefill prompt = cache - this")
@@ -216,7 +224,7 @@ def main() -> None:
   mesh = S.make_mesh(sizes["data"], sizes["fsdp"], sizes["tensor"])
   mesh_name = ",".join(f"{k}={v}" for k, v in sizes.items() if v > 1) or "1"
   print(f"devices: {jax.device_count()} x {jax.devices()[0].platform}; mesh {dict(mesh.shape)}; jax {jax.__version__}")
-  print(f"train: {args.rows} rows x {args.seq} tokens, remat {args.remat}, vocab chunk {args.vocab_chunk}, "
+  print(f"train: {args.rows} rows x {args.seq} tokens (trained width {args.trained_width or 'all'}), remat {args.remat}, vocab chunk {args.vocab_chunk}, "
         f"tokens/device {args.tokens_per_device}, scan layers {args.scan_layers}; sampler: batch {args.decode_batch}, cache {args.cache}")
   lines = []
   for size in args.size:
