@@ -9,6 +9,10 @@ of the same shapes (another seed, the next experiment, the same command again) l
 of compiling: ``--compile-cache DIR`` puts it elsewhere (default ``$RTI_JAX_COMPILE_CACHE``, else
 ``~/.cache/rti_jax/xla``), ``--compile-cache off`` runs without it. Programs that compile in under
 half a second are not kept. A ``JAX_COMPILATION_CACHE_DIR`` set in the environment wins.
+
+With ``RTI_JAX_HOST_MALLOC=keep`` on the CPU backend the command starts itself again once with glibc
+allocator settings that keep freed buffers in the process (``rti_jax/host_malloc.py``: faster
+updates, more memory, slower compilation).
 """
 
 from __future__ import annotations
@@ -99,4 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+  from rti_jax import host_malloc
+
+  host_malloc.reexec_with_settings()  # RTI_JAX_HOST_MALLOC=keep: glibc keeps freed buffers (rti_jax/host_malloc.py)
   sys.exit(main())
