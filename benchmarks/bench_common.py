@@ -57,3 +57,26 @@ def parse_mesh(text: str) -> dict[str, int]:
       raise SystemExit(f"--mesh: expected name=size with name in {sorted(sizes)}, got {part!r}")
     sizes[name] = int(value)
   return sizes
+
+
+def navigation_update_batch(overrides: list[str], prefix: str) -> tuple[object, list]:
+  """A trainer of ``configs/navigation.yaml`` (``overrides`` on top) and the rollout groups of its
+  first iteration (a real batch for ``Trainer.update``: multi-turn episodes with system prompt, tool
+  results and assistant turns); the iteration's own update has run."""
+  import tempfile
+
+  from rti_jax.config import load_config
+  from rti_jax.trainer import Trainer
+
+  cfg = load_config("navigation", ["train.val_tasks=0", "train.eval_every=1000", *overrides])
+  trainer = Trainer(cfg, tempfile.mkdtemp(prefix=prefix), progress=False)
+  update, captured = trainer.update, {}
+
+  def capture(groups):
+    captured["groups"] = groups
+    return update(groups)
+
+  trainer.update = capture
+  trainer.iterate()
+  trainer.update = update
+  return trainer, captured["groups"]

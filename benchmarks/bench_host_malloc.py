@@ -20,31 +20,19 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 
 def child(reps: int, overrides: list[str]) -> dict:
   """One process's measurement (run with ``--child``)."""
-  from rti_jax.config import load_config
-  from rti_jax.trainer import Trainer
+  from bench_common import navigation_update_batch
 
-  cfg = load_config("navigation", ["train.val_tasks=0", "train.eval_every=1000", *overrides])
-  trainer = Trainer(cfg, tempfile.mkdtemp(prefix="bench_malloc_"), progress=False)
-  update, captured = trainer.update, {}
-
-  def capture(groups):
-    captured["groups"] = groups
-    return update(groups)
-
-  trainer.update = capture
-  trainer.iterate()
-  trainer.update = update
-  update(captured["groups"])  # compiled by now; this call settles the heap as a long run's would
+  trainer, groups = navigation_update_batch(overrides, "bench_malloc_")
+  trainer.update(groups)  # compiled by now; this call settles the heap as a long run's would
   times, r0 = [], resource.getrusage(resource.RUSAGE_SELF)
   for _ in range(reps):
     start = time.perf_counter()
-    update(captured["groups"])
+    trainer.update(groups)
     times.append(time.perf_counter() - start)
   r1 = resource.getrusage(resource.RUSAGE_SELF)
   return {"median_s": statistics.median(times), "faults": r1.ru_minflt - r0.ru_minflt,

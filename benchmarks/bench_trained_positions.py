@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 
 import numpy as np
 
+from bench_common import navigation_update_batch
+
 from rti_jax import objectives
-from rti_jax.config import load_config
-from rti_jax.trainer import Trainer
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -32,18 +31,7 @@ def main(argv: list[str] | None = None) -> None:
   ap.add_argument("--reps", type=int, default=3)
   ap.add_argument("overrides", nargs="*", help="config overrides key=value")
   args = ap.parse_args(argv)
-  cfg = load_config("navigation", ["train.val_tasks=0", "train.eval_every=1000", *args.overrides])
-  trainer = Trainer(cfg, tempfile.mkdtemp(prefix="bench_tp_"), progress=False)
-  update, captured = trainer.update, {}
-
-  def capture(groups):
-    captured["groups"] = groups
-    return update(groups)
-
-  trainer.update = capture
-  trainer.iterate()
-  trainer.update = update
-  groups = captured["groups"]
+  trainer, groups = navigation_update_batch(args.overrides, "bench_tp_")
   trained = sum(int(np.sum(t.arrays()["loss_mask"])) for g in groups for t in g)
   total = sum(len(t.token_ids) for g in groups for t in g)
   widths = []
