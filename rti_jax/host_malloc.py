@@ -7,10 +7,10 @@ a fresh ``mmap`` and returns it with ``munmap`` when it is freed. A training ste
 and allocates buffers of tens of MiB to GiB many times over, so each one is mapped anew and every
 page of it is zeroed again by the kernel. With every thread on the main arena (``MALLOC_ARENA_MAX=1``),
 no mmap-served blocks (``MALLOC_MMAP_MAX_=0``) and a trim threshold far above any block
-(``MALLOC_TRIM_THRESHOLD_``), freed memory is reused instead. The trade (docs/benchmarks.md): the
-default Navigation run takes about 5% less wall time and a third more peak memory, each update about
-15% less time, but XLA's multi-threaded compilation shares one arena and gets slower, so short,
-compile-bound runs (``--quick``) take longer. Hence off by default.
+(``MALLOC_TRIM_THRESHOLD_``), freed memory is reused instead. The trade (docs/benchmarks.md): each
+update of the default Navigation run takes 0.89x the time and the whole run about 5% less wall time,
+for about half again the peak memory; but XLA's multi-threaded compilation, most likely sharing the one
+arena's lock, gets slower, so short, compile-bound runs (``--quick``) take longer. Hence off by default.
 
 glibc reads these variables when the process starts, so ``experiments/run.py`` re-executes itself
 once with them set (``reexec_with_settings``) when ``RTI_JAX_HOST_MALLOC=keep``. Even then nothing
@@ -39,6 +39,11 @@ SWITCH = "RTI_JAX_HOST_MALLOC"  # "keep": the settings; anything else (the defau
 _ACCELERATOR_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin", "jax_rocm7_plugin", "libtpu")
 
 
+def on_glibc() -> bool:
+  """Whether this process runs on Linux with glibc (whose allocator reads ``SETTINGS``)."""
+  return sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
+
+
 def settings_for(environ: Mapping[str, str], *, glibc: bool, accelerator_plugin: bool) -> dict[str, str] | None:
   """The variables to add to ``environ`` before the run starts, or None to leave it as it is."""
   if environ.get(SWITCH, "system") != "keep" or not glibc or accelerator_plugin:
@@ -57,9 +62,11 @@ def _accelerator_plugin_installed() -> bool:
 
 def reexec_with_settings() -> None:
   """Replaces this process by the same command with ``SETTINGS`` in its environment, where
-  ``settings_for`` gives them (returns without doing anything otherwise)."""
-  add = settings_for(os.environ, glibc=sys.platform == "linux" and platform.libc_ver()[0] == "glibc",
-                     accelerator_plugin=_accelerator_plugin_installed())
+  ``settings_for`` gives them (returns without doing anything otherwise). Without the switch it
+  returns before looking at the C library or the installed plugins, so a default start pays nothing."""
+  if os.environ.get(SWITCH) != "keep":
+    return
+  add = settings_for(os.environ, glibc=on_glibc(), accelerator_plugin=_accelerator_plugin_installed())
   if add is None:
     return
   sys.stdout.flush()

@@ -15,6 +15,7 @@ import pytest
 from rti_jax import host_malloc
 
 CPU = dict(glibc=True, accelerator_plugin=False)
+needs_glibc = pytest.mark.skipif(not host_malloc.on_glibc(), reason="glibc's allocator variables")
 
 
 def test_settings_apply_when_asked_on_a_plain_cpu_environment_only():
@@ -34,7 +35,8 @@ _REPORT = textwrap.dedent("""
     import json, os, sys
     from rti_jax import host_malloc
     host_malloc.reexec_with_settings()
-    print(json.dumps({"argv": sys.argv[1:], "env": {k: os.environ.get(k) for k in host_malloc.SETTINGS}}))
+    print(json.dumps({"argv": sys.argv[1:], "utf8": sys.flags.utf8_mode,
+                      "env": {k: os.environ.get(k) for k in host_malloc.SETTINGS}}))
 """)
 
 
@@ -44,15 +46,14 @@ def _child(env_extra: dict[str, str], tmp_path) -> dict:
   env = {k: v for k, v in os.environ.items() if k not in host_malloc.USER_VARIABLES and k != host_malloc.SWITCH}
   env.pop("JAX_PLATFORMS", None)
   out = subprocess.run([sys.executable, "-X", "utf8", str(script), "--exp=x", "a b"], env={**env, **env_extra},
-                       capture_output=True, text=True, check=True, cwd=os.getcwd())
+                       capture_output=True, text=True, check=True)
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.skipif(not (sys.platform == "linux" and __import__("platform").libc_ver()[0] == "glibc"),
-                    reason="glibc's allocator variables")
+@needs_glibc
 def test_the_reexecuted_process_has_the_settings_and_the_same_arguments(tmp_path):
   got = _child({host_malloc.SWITCH: "keep"}, tmp_path)
-  assert got["argv"] == ["--exp=x", "a b"]
+  assert got["argv"] == ["--exp=x", "a b"] and got["utf8"] == 1  # the interpreter's own options survive too
   assert got["env"] == host_malloc.SETTINGS
   off = _child({}, tmp_path)
   assert off["argv"] == ["--exp=x", "a b"] and off["env"] == {k: None for k in host_malloc.SETTINGS}
@@ -77,8 +78,7 @@ _FAULTS = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not (sys.platform == "linux" and __import__("platform").libc_ver()[0] == "glibc"),
-                    reason="glibc's allocator variables")
+@needs_glibc
 def test_the_settings_stop_a_freed_temporary_from_faulting_in_again(tmp_path):
   script = tmp_path / "faults.py"
   script.write_text(_FAULTS)
