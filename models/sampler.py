@@ -77,6 +77,28 @@ def filter_logits(logits: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.
   return jnp.where(logits >= threshold, logits, -jnp.inf)
 
 
+def inverse_cdf_draw(key: jax.Array, logits: jax.Array) -> jax.Array:
+  """One id per row of ``softmax(logits)`` ([B, V], -inf = excluded): the first id whose cumulative
+  probability exceeds ``u`` times the row's total, for one uniform ``u`` per row.
+
+  The same law as ``jax.random.categorical`` (Gumbel-max), from B uniforms instead of B x V Gumbel
+  draws: on a CPU the noise was most of a small model's decode step. An excluded id is never
+  drawn: its cumulative probability equals its predecessor's, and an id past the last one with
+  mass (a rounding case at ``u`` near 1) is moved back to that one.
+  """
+  probs = jax.nn.softmax(logits, axis=-1)
+  return invert_cdf(probs, jax.random.uniform(key, (logits.shape[0],), dtype=probs.dtype))
+
+
+def invert_cdf(probs: jax.Array, u: jax.Array) -> jax.Array:
+  """probs: [B, V] >= 0; u: [B] in [0, 1]. The first id whose cumulative probability exceeds
+  ``u * total``, never one without mass (``inverse_cdf_draw``)."""
+  cdf = jnp.cumsum(probs, axis=-1)
+  first_above = jnp.sum(cdf <= u[:, None] * cdf[:, -1:], axis=-1)
+  last_with_mass = probs.shape[-1] - 1 - jnp.argmax(probs[:, ::-1] > 0, axis=-1)
+  return jnp.minimum(first_above, last_with_mass).astype(jnp.int32)
+
+
 def sample_step(logits: jax.Array, key: jax.Array, temperature: jax.Array, top_k: jax.Array,
                 top_p: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Draws one token per row.
@@ -90,7 +112,7 @@ def sample_step(logits: jax.Array, key: jax.Array, temperature: jax.Array, top_k
   scaled = logits / t[:, None]
   needs_filter = jnp.any((top_k > 0) | (top_p < 1.0))
   filtered = jax.lax.cond(needs_filter, filter_logits, lambda x, *_: x, scaled, top_k, top_p)
-  sampled = jax.random.categorical(key, filtered, axis=-1)
+  sampled = inverse_cdf_draw(key, filtered)
   tokens = jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
   logp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tokens[:, None], axis=-1)[:, 0]
   slogp = jnp.take_along_axis(jax.nn.log_softmax(filtered, axis=-1), tokens[:, None], axis=-1)[:, 0]

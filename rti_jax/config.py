@@ -90,8 +90,8 @@ class RolloutConfig:
   max_new_tokens: int = _ROLLOUT.sampling.max_new_tokens  # per assistant turn
   max_context: int = _ROLLOUT.max_context_tokens  # prompt + all turns
   # > 0: the jax sampler keeps each row's KV (MiB in all) and the next turn prefills only what follows
-  # (models.sampler.Sampler prefix_cache_bytes; for long multi-turn episodes: Telecom). 0: every turn
-  # prefills the whole context (the Navigation runs' setting).
+  # (models.sampler.Sampler prefix_cache_bytes; the shipped configs set it). 0: every turn prefills
+  # the whole context.
   prefix_cache_mb: int = 0
   backend: str = "jax"  # jax (in-process sampler) | sglang (a server, over HTTP)
   sglang_url: Optional[str] = None  # e.g. http://127.0.0.1:30000 when backend = sglang
@@ -193,8 +193,8 @@ class OptimConfig:
   scan_layers: bool = False
   # The policy's log-probs (train step, recomputed behaviour, KL reference) at the trained tokens
   # alone: the last decoder layer and the LM head skip prompt and tool-result positions. The same
-  # values up to fp32 rounding, which can still change a sampled token later in a run, so the
-  # published CPU tables keep false (every position); docs/benchmarks.md has the speed-up.
+  # values as every position's up to fp32 rounding (the shipped CPU configs set it; the speed-up is
+  # in docs/benchmarks.md).
   trained_positions: bool = False
 
 

@@ -335,3 +335,44 @@ def test_batches_over_the_attention_budget_run_in_sub_batches_with_the_same_resu
     np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
   with pytest.raises(ValueError, match="max_attention_bytes"):
     Sampler(model, max_attention_bytes=0)
+
+
+def _brute_force_inverse(probs, u):
+  """The first id whose running sum (float64) exceeds u * total, skipping ids without mass."""
+  total, acc = probs.sum(), 0.0
+  for i, p in enumerate(probs):
+    acc += p
+    if p > 0 and acc > u * total:
+      return i
+  return int(np.flatnonzero(probs > 0)[-1])
+
+
+def test_invert_cdf_matches_brute_force_and_never_picks_an_excluded_id():
+  rng = np.random.default_rng(0)
+  probs = rng.dirichlet(np.ones(12), size=6)
+  probs[0, [0, 1]] = 0.0          # excluded ids first ...
+  probs[1, [5, 6]] = 0.0          # ... in the middle ...
+  probs[2, [9, 10, 11]] = 0.0     # ... and last, where u near 1 lands past the last id with mass
+  probs[3] = np.eye(12)[7]        # one id with all the mass
+  probs[4, :] = 0.0
+  probs[4, [0, 11]] = 0.5
+  us = np.array([0.0, 1e-9, 0.3, 0.5, 0.999999, 1.0], np.float32)
+  for u in us:
+    got = np.asarray(sampler_lib.invert_cdf(np.asarray(probs, np.float32), np.full(6, u, np.float32)))
+    for row in range(6):
+      assert probs[row, got[row]] > 0
+      if u < 1.0:  # at u = 1 float32 rounding decides; only the mass rule is checked
+        assert got[row] == _brute_force_inverse(probs[row].astype(np.float32).astype(np.float64), float(u))
+
+
+def test_inverse_cdf_draw_follows_the_softmax_law():
+  """Chi-square: 20,000 draws from one row with masked ids fit its softmax; none lands on a masked id."""
+  rng = np.random.default_rng(1)
+  logits = rng.normal(size=40).astype(np.float32) * 1.5
+  logits[[3, 17, 39]] = -np.inf
+  n = 20_000
+  toks = np.asarray(sampler_lib.inverse_cdf_draw(jax.random.key(4), np.tile(logits, (n, 1))))
+  probs = _softmax(logits.astype(np.float64))
+  assert not np.isin(toks, [3, 17, 39]).any()
+  assert _chi2_pvalue(toks, probs, n) > 1e-3
+  assert _chi2_pvalue(toks, _softmax(np.where(np.isfinite(logits), 0.0, -np.inf)), n) < 1e-6  # not uniform
