@@ -35,6 +35,8 @@ from models.scoring import score_jit as _score_jit
 from rti_jax.sharding import DECODE_AXIS_RULES, activation_sharding
 from rti_jax.shapes import bucket_length, bucket_rows
 
+_MIN_CACHED_ROWS = 8  # the prefix-cache path pads a call to at least this many rows (a power of two) ...
+_MIN_CACHED_REST = 128  # ... and the ids after the stored prefixes to a power of two of at least this
 _MIN_SHARED_PREFIX = 32  # prompts of one call that miss the prefix cache and share >= this many ids share a prefill
 
 
@@ -378,7 +380,10 @@ class Sampler:
     b = len(rows)
     starts = [0 if e is None else len(e.ids) for e in hits]
     nb = bucket_length(max_new_tokens)
-    rb = bucket_length(max(len(r) - c for r, c in zip(rows, starts)))
+    # Coarser than the whole-prefill path's buckets: here a program is keyed by rows, rest and
+    # cache width, and a multi-turn run meets many of those (64 programs in the default Navigation
+    # run with the finer buckets, 2 s of compilation each; docs/benchmarks.md).
+    rb = bucket_rows(max(len(r) - c for r, c in zip(rows, starts)), _MIN_CACHED_REST)
     width = bucket_length(max(max(starts) + rb, max(len(r) for r in rows) + nb))
     per_call = self._rows_per_call(rb, width)
     if b > per_call:
@@ -388,7 +393,7 @@ class Sampler:
       return GenerateOutput(*(sum((getattr(o, f.name) for o in parts), [])
                               for f in dataclasses.fields(GenerateOutput)))
     c = self.config
-    bb = bucket_rows(b)
+    bb = max(bucket_rows(b), min(_MIN_CACHED_ROWS, per_call))  # padding rows stay within the attention budget
     ids = np.full((bb, rb), pad_id, np.int32)
     n_in = np.zeros((bb,), np.int32)
     start = np.zeros((bb,), np.int32)

@@ -64,7 +64,7 @@ def test_positions_list_every_trained_token_of_each_row_in_order() -> None:
   for i in range(5):
     want = [t for t in range(1, 64) if mask[i, t] != 0]
     assert pos[i, :len(want)].tolist() == want and not pos[i, len(want):].any()
-  assert [O.trained_width(c, 768) for c in (0, 1, 96, 97, 700, 768)] == [96, 96, 96, 192, 768, 768]
+  assert [O.trained_width(c, 768) for c in (0, 1, 192, 193, 577, 700, 768)] == [192, 192, 192, 384, 768, 768, 768]
   assert O.trained_width(3, 5) == 3
   with pytest.raises(ValueError, match="trained_positions"):
     dataclasses.replace(b, trained_positions=np.zeros((5, 65), np.int32)).check()

@@ -441,9 +441,10 @@ def _pad_batch(batch: RTIBatch, length: int) -> RTIBatch:
 
 def trained_width(count: int, length: int) -> int:
   """The slots W of ``trained_positions`` for at most ``count`` trained tokens a row in a batch of
-  ``length``: the next multiple of ``length // 8`` (at least 1), at most ``length``; so a bucketed
-  length gives at most 8 widths (distinct compiled programs)."""
-  step = max(length // 8, 1)
+  ``length``: the next multiple of ``length // 4`` (at least 1), at most ``length``; so a bucketed
+  length gives at most 4 widths (distinct compiled programs: fewer compiles outweigh the padded
+  positions in a CPU run, docs/benchmarks.md)."""
+  step = max(length // 4, 1)
   return min(length, max(step, -(-int(count) // step) * step))
 
 
