@@ -40,13 +40,18 @@ def gumbel_draw(key: jax.Array, logits: jax.Array) -> jax.Array:
 DRAWS = {"categorical": gumbel_draw, "inverse_cdf": sampler_lib.inverse_cdf_draw}
 
 
-def draw_loop(draw, logits: jax.Array, steps: int):
-  def body(_, carry):
-    key, acc = carry
-    key, sub = jax.random.split(key)
-    return key, acc + draw(sub, logits)
+def draw_loop(draw, steps: int):
+  def run(key, logits):  # logits an argument: a constant would be folded at compile time
+    def body(_, carry):
+      key, acc = carry
+      key, sub = jax.random.split(key)
+      # The logits depend on the carry (acc * 0), as a decode step's do: otherwise the softmax and
+      # cumulative sum would be hoisted out of the loop.
+      return key, acc + draw(sub, logits + acc[:, None].astype(logits.dtype) * 0)
 
-  return jax.jit(lambda k: jax.lax.fori_loop(0, steps, body, (k, jnp.zeros(logits.shape[0], jnp.int32)))[1])
+    return jax.lax.fori_loop(0, steps, body, (key, jnp.zeros(logits.shape[0], jnp.int32)))[1]
+
+  return jax.jit(run)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -61,9 +66,10 @@ def main(argv: list[str] | None = None) -> None:
   model, _, _ = evaluate.load_policy(args.policy)
   v = model.config.vocab_size
   logits = jnp.asarray(np.random.default_rng(0).normal(size=(args.rows, v)), jnp.float32)
-  loops = {name: draw_loop(d, logits, args.steps) for name, d in DRAWS.items()}
+  loops = {name: draw_loop(d, args.steps) for name, d in DRAWS.items()}
   key = jax.random.key(0)
-  t = alternating_medians({name: (lambda f=f: jax.block_until_ready(f(key))) for name, f in loops.items()}, args.iters)
+  t = alternating_medians({name: (lambda f=f: jax.block_until_ready(f(key, logits))) for name, f in loops.items()},
+                          args.iters)
   print(f"draw alone, [{args.rows}, {v}] logits, per step:")
   for name in DRAWS:
     print(f"  {name:12s} {t[name] / args.steps * 1e3:7.3f} ms")

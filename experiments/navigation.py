@@ -27,9 +27,6 @@ QUICK = [
     "env.num_train=32", "env.num_test=16", "rollout.tasks_per_iter=4", "rollout.group_size=4",
     "train.iterations=2", "train.eval_every=2", "train.eval_tasks=8", "train.val_tasks=8", "train.eval_samples=2",
     "train.checkpoint_every=2",
-    # 16 rows a batch: one padded program per update instead of a compile per length chunk (the
-    # chunked update is the default run's and is tested in tests/test_trainer.py)
-    "optim.length_chunks=1",
 ]
 METHODS = ("grpo", "rti")
 
