@@ -23,10 +23,15 @@ import numpy as np
 
 from rti_jax import experiment, reporting
 
+#: the --quick profile: every stage of the default run (both methods, an intervention that replaces a
+#: group, periodic and test evaluations) at the smallest size. Groups of 2 make every sampler call 8
+#: rows (rollouts, evaluations and the intervention share their programs) and fail entirely more
+#: often; one length chunk compiles one update program per method. Both cut the programs compiled,
+#: which are most of its time (docs/benchmarks.md).
 QUICK = [
-    "env.num_train=32", "env.num_test=16", "rollout.tasks_per_iter=4", "rollout.group_size=4",
+    "env.num_train=32", "env.num_test=16", "rollout.tasks_per_iter=4", "rollout.group_size=2",
     "train.iterations=2", "train.eval_every=2", "train.eval_tasks=8", "train.val_tasks=8", "train.eval_samples=2",
-    "train.checkpoint_every=2",
+    "train.checkpoint_every=2", "optim.length_chunks=1",
 ]
 METHODS = ("grpo", "rti")
 
