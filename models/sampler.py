@@ -429,12 +429,17 @@ class Sampler:
       finish_reasons=["stop" if stopped[i] else "length" for i in range(b)],
     )
 
-  def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> list[np.ndarray]:
+  def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+            temperature: float = 1.0) -> list[np.ndarray]:
     """Per-token log-probs of each response given its prompt (the inputs of Eq. 3 and Eq. 5).
 
     prompts[i]: non-empty ids; responses[i]: ids (may be empty). Returns B fp32 arrays
-    ``[len(responses[i])]`` with entry j = log pi(responses[i][j] | prompt, responses[i][:j]).
+    ``[len(responses[i])]`` with entry j = log pi(responses[i][j] | prompt, responses[i][:j]), of
+    ``logits / temperature`` (default 1: the policy's own; the sampling temperature gives what
+    ``generate`` reports as ``sampling_logprobs`` without top-k / top-p).
     """
+    if not (np.isfinite(temperature) and temperature > 0):
+      raise ValueError(f"temperature: expected a finite number > 0, got {temperature!r}")
     p_rows = _check_ids("prompts", prompts, self.config.vocab_size, allow_empty=False)
     r_rows = _check_ids("responses", responses, self.config.vocab_size, allow_empty=True)
     if len(p_rows) != len(r_rows):
@@ -450,11 +455,13 @@ class Sampler:
     tb = bucket_length(max(lengths))
     per_call = self._rows_per_call(tb, tb)
     if b > per_call:
-      return sum((self.score(p_rows[i:i + per_call], r_rows[i:i + per_call]) for i in range(0, b, per_call)), [])
+      return sum((self.score(p_rows[i:i + per_call], r_rows[i:i + per_call], temperature)
+                  for i in range(0, b, per_call)), [])
     # the LM head runs on the response positions only (``models.scoring.response_logprobs``)
     ids, mask, starts, width = pack_rows(p_rows, r_rows)
     logp = np.asarray(jax.device_get(_score_jit(self.graphdef, self.state, jnp.asarray(ids), jnp.asarray(mask),
-                                                jnp.asarray(starts), width=width, mesh=self.mesh)))
+                                                jnp.asarray(starts), width=width, mesh=self.mesh,
+                                                temperature=float(temperature))))
     return [logp[i, :len(r)] for i, r in enumerate(r_rows)]
 
 

@@ -31,13 +31,16 @@ from rti_jax.sharding import DECODE_AXIS_RULES, activation_sharding
 SCORE_CHUNK = 512  # positions whose [B, chunk, V] logits are materialised at once
 
 
-def _target_logprobs(model: Qwen, h: jax.Array, targets: jax.Array, chunk: int) -> jax.Array:
-  """h: [B, P, E], targets: [B, P] -> log softmax(logits(h))[targets] [B, P] fp32, ``chunk``
-  positions at a time."""
+def _target_logprobs(model: Qwen, h: jax.Array, targets: jax.Array, chunk: int,
+                     temperature: float = 1.0) -> jax.Array:
+  """h: [B, P, E], targets: [B, P] -> log softmax(logits(h) / temperature)[targets] [B, P] fp32,
+  ``chunk`` positions at a time."""
   b, p, e = h.shape
 
   def one(hc: jax.Array, tc: jax.Array) -> jax.Array:
     logits = model.logits(hc)  # [B, C, V] fp32
+    if temperature != 1.0:
+      logits = logits / temperature
     hit = jnp.take_along_axis(logits, tc[..., None], axis=-1)[..., 0]
     return hit - jax.nn.logsumexp(logits, axis=-1)
 
@@ -69,9 +72,10 @@ def next_token_logprobs(model: Qwen, input_ids: jax.Array, attention_mask: jax.A
 
 
 def response_logprobs(model: Qwen, input_ids: jax.Array, attention_mask: jax.Array, starts: jax.Array,
-                      width: int, chunk: int = SCORE_CHUNK) -> jax.Array:
+                      width: int, chunk: int = SCORE_CHUNK, temperature: float = 1.0) -> jax.Array:
   """out: [B, width] fp32 with out[i, j] = log pi(input_ids[i, s+1] | input_ids[i, :s+1]) at
-  s = starts[i] + j (the next-token log-prob of position s, as :func:`next_token_logprobs`).
+  s = starts[i] + j (the next-token log-prob of position s, as :func:`next_token_logprobs`), of
+  ``logits / temperature`` (1: the policy's own log-probs).
 
   input_ids, attention_mask: [B, T] right-padded, every row with at least one token (on a GPU a
   bf16 model then attends with cuDNN's fused kernel from the row lengths); starts: [B] int, the
@@ -84,7 +88,7 @@ def response_logprobs(model: Qwen, input_ids: jax.Array, attention_mask: jax.Arr
   # The last layer runs at the response positions only (all earlier ones over the whole row).
   h_r = model.hidden_states(input_ids, attention_mask, right_padded=True, query_index=pos)  # [B, width, E]
   targets = jnp.take_along_axis(input_ids, jnp.minimum(pos + 1, t - 1), axis=1)
-  return _target_logprobs(model, h_r, targets, chunk)
+  return _target_logprobs(model, h_r, targets, chunk, temperature)
 
 
 def token_logprobs_at(model: Qwen, input_ids: jax.Array, attention_mask: jax.Array, positions: jax.Array, *,
@@ -113,12 +117,13 @@ def token_logprobs_at(model: Qwen, input_ids: jax.Array, attention_mask: jax.Arr
   return jnp.zeros((b, t), jnp.float32).at[jnp.arange(b)[:, None], positions].set(lp)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "width", "mesh"))
+@functools.partial(jax.jit, static_argnames=("graphdef", "width", "mesh", "temperature"))
 def score_jit(graphdef: nnx.GraphDef, state: nnx.State, ids: jax.Array, mask: jax.Array, starts: jax.Array,
-              width: int, mesh: Any = None) -> jax.Array:
-  """ids, mask: [B, T] right-padded; starts: [B] -> :func:`response_logprobs` [B, width]."""
+              width: int, mesh: Any = None, temperature: float = 1.0) -> jax.Array:
+  """ids, mask: [B, T] right-padded; starts: [B] -> :func:`response_logprobs` [B, width] (at
+  ``temperature``, a static argument: one program per temperature)."""
   with activation_sharding(mesh, DECODE_AXIS_RULES):
-    return response_logprobs(nnx.merge(graphdef, state), ids, mask, starts, width)
+    return response_logprobs(nnx.merge(graphdef, state), ids, mask, starts, width, temperature=temperature)
 
 
 def pack_rows(prompts: Sequence[np.ndarray], responses: Sequence[np.ndarray]

@@ -229,14 +229,15 @@ def demonstration_trajectories(
   *,
   task_id: Callable[[Any], str],
   max_turns: int = 64,
+  behaviour_temperature: float = 1.0,
 ) -> list[Trajectory | None]:
   """One demonstration episode per task, laid out exactly as a rollout (``rollout.Episode``).
 
   Each assistant turn is ``formatter.encode_assistant(agent.act(messages))``; its tokens are
   trainable and marked off-policy (``intervened_mask``). ``behaviour_logp`` (and the unused
   ``roll_logp = cal_logp``) is the current policy's teacher-forced log-prob of the token
-  (``backend.score``), so the batch's clip / KL metrics stay meaningful; LUFFY's off-policy
-  term does not read it. A demonstrator that raises, or runs past ``max_turns``, yields None.
+  (``backend.score``, at ``behaviour_temperature``, the rollouts' ``RolloutConfig.behaviour_temperature``),
+  so the batch's clip / KL metrics stay meaningful; LUFFY's off-policy term does not read it. A demonstrator that raises, or runs past ``max_turns``, yields None.
   """
   episodes: list[Episode | None] = []
   agents = []
@@ -255,7 +256,8 @@ def demonstration_trajectories(
       except Exception:  # noqa: BLE001 - a broken demonstration is counted, never fatal
         failed.add(i)
     order = sorted(turns)
-    scores = backend.score([episodes[i].context() for i in order], [turns[i] for i in order])
+    kw = {} if behaviour_temperature == 1.0 else {"temperature": behaviour_temperature}
+    scores = backend.score([episodes[i].context() for i in order], [turns[i] for i in order], **kw)
     for i, lp in zip(order, scores):
       lp = np.asarray(lp, np.float32).tolist()
       episodes[i].apply_turn(formatter, turns[i], lp, "stop", max_prompt_tokens, roll_logp=lp, cal_logp=lp)
@@ -281,6 +283,7 @@ def mix_demonstrations(
   task_id: Callable[[Any], str],
   when: str = "all_fail",
   success_reward: float = 1.0,
+  behaviour_temperature: float = 1.0,
 ) -> tuple[list[list[Trajectory]], LuffyStats]:
   """LUFFY's mixed groups: a successful demonstration replaces the last member of each eligible group.
 
@@ -299,7 +302,7 @@ def mix_demonstrations(
   if not eligible:
     return out, stats
   demos = demonstration_trajectories([tasks[n] for n in eligible], env_factory, agent_factory, backend, formatter,
-                                     max_prompt_tokens, task_id=task_id)
+                                     max_prompt_tokens, task_id=task_id, behaviour_temperature=behaviour_temperature)
   for n, demo in zip(eligible, demos):
     if demo is None:
       stats.demos_error += 1
@@ -413,6 +416,7 @@ class LuffyHooks(MethodHooks):
     groups, mixed = mix_demonstrations(
         groups, tasks, t.source.env_factory, self.demonstrator, t.backend, t.formatter,
         t.rollout_config.max_prompt_tokens, task_id=t.source.task_id, when=t.cfg.baselines.luffy_when,
+        behaviour_temperature=t.rollout_config.behaviour_temperature,
     )
     return groups, mixed.as_dict()
 

@@ -140,8 +140,10 @@ class LossConfig:
   intervened_old_logp: str = inspect.signature(objectives.assemble_batch).parameters["intervened_old_logp"].default
   # The ratio's log-probs are of logits / logp_temperature, the policy's and the behaviour's alike (1:
   # the policy; the rollout temperature: the distribution sampled from, verl's convention). The
-  # behaviour log-probs: rollout (the backend's, at temperature 1) | recompute (a forward pass of the
-  # parameters that drew the rollouts, at logp_temperature, before the update; needed when it is not 1).
+  # behaviour log-probs: rollout (the backend's, recorded while sampling: at temperature 1 the policy's
+  # own; at the rollout temperature those of the distribution sampled from, which the in-process
+  # sampler reports with top-k / top-p off, and Corrector-written tokens scored at it) | recompute (a
+  # forward pass of the parameters that drew the rollouts, at logp_temperature, before the update).
   logp_temperature: float = _LOSS.logp_temperature
   behaviour_logp: str = "rollout"
 
@@ -331,9 +333,14 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     raise ConfigError(f"rollout.group_size: GRPO needs at least 2 samples per group, got {cfg.rollout.group_size}")
   if not cfg.loss.logp_temperature > 0:
     raise ConfigError(f"loss.logp_temperature: expected > 0, got {cfg.loss.logp_temperature}")
-  if cfg.loss.logp_temperature != 1.0 and cfg.loss.behaviour_logp != "recompute":
-    raise ConfigError(f"loss.logp_temperature={cfg.loss.logp_temperature}: the backend's behaviour log-probs are at "
-                      "temperature 1; set loss.behaviour_logp=recompute")
+  t, r = cfg.loss.logp_temperature, cfg.rollout
+  if t != 1.0 and cfg.loss.behaviour_logp == "rollout":
+    if t != r.temperature or r.top_k != 0 or r.top_p != 1.0 or r.backend != "jax":
+      raise ConfigError(
+          f"loss.logp_temperature={t}: with loss.behaviour_logp=rollout the behaviour log-probs are recorded while "
+          f"sampling, so it must be 1 or the rollout temperature, with top-k and top-p off and the in-process "
+          f"sampler (got rollout.temperature={r.temperature}, top_k={r.top_k}, top_p={r.top_p}, "
+          f"backend={r.backend}); or set loss.behaviour_logp=recompute")
   if cfg.loss.logp_temperature != 1.0 and cfg.loss.intervened_old_logp == "cal":
     raise ConfigError("loss.intervened_old_logp=cal: pi_cal is scored at temperature 1; use roll with "
                       f"loss.logp_temperature={cfg.loss.logp_temperature}")
@@ -400,7 +407,8 @@ _RUNTIME_KEYS: dict[str, dict[str, str]] = {
                    "aepo_alpha": "baselines.aepo_alpha", "logp_temperature": "loss.logp_temperature"},
     "SamplingParams": {"max_new_tokens": "rollout.max_new_tokens", "temperature": "rollout.temperature",
                        "top_p": "rollout.top_p", "top_k": "rollout.top_k"},
-    "RolloutConfig": {"group_size": "rollout.group_size", "max_context_tokens": "rollout.max_context"},
+    "RolloutConfig": {"group_size": "rollout.group_size", "max_context_tokens": "rollout.max_context",
+                      "behaviour_temperature": "loss.logp_temperature"},
     "InterventionConfig": {"ppl_delta": "intervention.delta", "num_intervened_rollouts": "intervention.max_attempts",
                            "correction_attempts": "intervention.correction_attempts"},
 }
@@ -436,8 +444,10 @@ def sampling_params(cfg: ExperimentConfig) -> SamplingParams:
 
 def rollout_config(cfg: ExperimentConfig) -> rollout_lib.RolloutConfig:
   """Stage 1's ``rollout.RolloutConfig`` of ``cfg``."""
+  tempered = cfg.loss.behaviour_logp == "rollout" and cfg.loss.logp_temperature != 1.0
   return _build(rollout_lib.RolloutConfig, group_size=cfg.rollout.group_size, sampling=sampling_params(cfg),
-                max_context_tokens=cfg.rollout.max_context)
+                max_context_tokens=cfg.rollout.max_context,
+                behaviour_temperature=cfg.loss.logp_temperature if tempered else 1.0)
 
 
 def intervention_config(cfg: ExperimentConfig, domain: str = "navigation") -> pipeline.InterventionConfig:

@@ -280,12 +280,35 @@ class RolloutConfig:
   max_context_tokens: the most tokens a generate call may touch (prompt + new tokens);
     an episode whose next prompt would leave less than ``sampling.max_new_tokens`` free
     ends, truncated, with reward 0 (``Trajectory.truncated``).
+  behaviour_temperature: the temperature of the behaviour log-prob recorded per generated token
+    (``Trajectory.behaviour_logp``): 1, the policy's own (``Completion.logprobs``), or the
+    sampling temperature, the log-prob of the distribution each token was drawn from
+    (``Completion.sampling_logprobs``; needs top-k and top-p off, so that it is the tempered
+    policy's). Corrector-written tokens are then scored at it under the rollout prompt.
   """
 
   group_size: int = 8
   sampling: SamplingParams = SamplingParams(max_new_tokens=512, temperature=0.8)
   max_context_tokens: int = 8192
   seed: int = 0
+  behaviour_temperature: float = 1.0
+
+  def __post_init__(self) -> None:
+    t = self.behaviour_temperature
+    if t != 1.0:
+      s = self.sampling
+      if t != s.temperature or s.top_k != 0 or s.top_p != 1.0:
+        raise ValueError(f"behaviour_temperature={t!r}: expected 1 or the sampling temperature with top-k and "
+                         f"top-p off, got temperature={s.temperature!r}, top_k={s.top_k!r}, top_p={s.top_p!r}")
+
+  def behaviour_logprobs(self, c: Completion) -> np.ndarray:
+    """The behaviour log-probs of ``c``'s tokens at ``behaviour_temperature``."""
+    if self.behaviour_temperature == 1.0:
+      return c.logprobs
+    if c.sampling_logprobs is None:
+      raise ValueError(f"behaviour_temperature={self.behaviour_temperature!r}: the generation backend reports no "
+                       "sampling log-probs (Completion.sampling_logprobs); recompute the behaviour log-probs instead")
+    return c.sampling_logprobs
 
   @property
   def max_prompt_tokens(self) -> int:
@@ -420,7 +443,8 @@ def run_episodes(
     if on_turn is not None:
       on_turn(live, comps)
     for ep, c in zip(live, comps):
-      ep.apply_turn(formatter, c.token_ids.tolist(), c.logprobs.tolist(), c.finish_reason, config.max_prompt_tokens)
+      ep.apply_turn(formatter, c.token_ids.tolist(), config.behaviour_logprobs(c).tolist(), c.finish_reason,
+                    config.max_prompt_tokens)
     turn += 1
 
 

@@ -251,7 +251,9 @@ class ScriptedPolicy:
 
   script: maps the decoded prompt to the reply text (without the end-of-turn token).
   logp_fn: maps ``(prompt_text, reply_ids)`` to per-token log-probs; used by both
-    ``generate`` (behaviour log-probs) and ``score``.
+    ``generate`` (behaviour log-probs) and ``score``. At a temperature T other than 1 both report
+    ``logp_fn / T`` instead (``Completion.sampling_logprobs``; ``score(..., temperature=T)``), a
+    stand-in that tells the two apart, not a tempered distribution.
   """
 
   def __init__(
@@ -267,6 +269,7 @@ class ScriptedPolicy:
     self.eot = int(tokenizer.convert_tokens_to_ids(end_of_turn))
     self.calls: list[str] = []
     self.synced: list[Any] = []
+    self.score_temperatures: list[float] = []
 
   def _decode(self, ids: Sequence[int]) -> str:
     return self.tokenizer.decode([int(t) for t in ids], skip_special_tokens=False)
@@ -280,11 +283,17 @@ class ScriptedPolicy:
       ids = self.tokenizer.encode(reply, add_special_tokens=False) + [self.eot]
       ids = ids[: params.max_new_tokens]
       reason = "stop" if ids and ids[-1] == self.eot else "length"
-      out.append(Completion(np.asarray(ids, np.int32), np.asarray(self.logp_fn(text, ids), np.float32), reason))
+      lp = np.asarray(self.logp_fn(text, ids), np.float32)
+      t = params.temperature
+      out.append(Completion(np.asarray(ids, np.int32), lp, reason,
+                            sampling_logprobs=(lp / np.float32(t) if t > 0 else np.zeros_like(lp))))
     return out
 
-  def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> list[np.ndarray]:
-    return [np.asarray(self.logp_fn(self._decode(p), list(r)), np.float32) for p, r in zip(prompts, responses)]
+  def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+            temperature: float = 1.0) -> list[np.ndarray]:
+    self.score_temperatures.append(temperature)
+    return [np.asarray(self.logp_fn(self._decode(p), list(r)), np.float32) / np.float32(temperature)
+            for p, r in zip(prompts, responses)]
 
   def sync_weights(self, model: Any) -> None:
     self.synced.append(model)

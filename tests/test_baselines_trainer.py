@@ -180,6 +180,13 @@ def test_demonstrations_are_laid_out_like_the_sft_data_and_marked_off_policy(dir
     lm = np.asarray(demo.loss_mask)
     np.testing.assert_allclose(np.asarray(demo.behaviour_logp)[lm], ref_lp[lm], rtol=2e-4, atol=2e-4)
     assert np.all(np.asarray(demo.behaviour_logp)[~lm] == 0)
+  # with the rollouts' behaviour log-probs at temperature 0.8, the demonstrations' are too
+  (hot,) = baselines.demonstration_trajectories(tasks[:1], env_factory, navigation.OracleAgent, backend, fmt,
+                                                2048 - 96, task_id=lambda t: t.task_id, behaviour_temperature=0.8)
+  ids = np.asarray([hot.token_ids])
+  ref_lp = _np_next_logp(_torch_logits(dirs["policy"], ids, np.ones_like(ids)) / 0.8, ids)[0]
+  lm = np.asarray(hot.loss_mask)
+  np.testing.assert_allclose(np.asarray(hot.behaviour_logp)[lm], ref_lp[lm], rtol=2e-4, atol=2e-4)
 
 
 def _traj(reward: float, tag: str) -> Trajectory:

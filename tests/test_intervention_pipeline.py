@@ -51,9 +51,9 @@ def fmt(tok):
   return ChatFormatter(tok, NAV_TOOLS)
 
 
-def _run(tok, fmt, correction="region", group_size=2, verifier=True, **cfg):
-  policy = ScriptedPolicy(tok, MiniNavScript(correction), scripted_logp(ROLL, CAL))
-  rc = RolloutConfig(group_size=group_size)
+def _run(tok, fmt, correction="region", group_size=2, verifier=True, policy=None, behaviour_temperature=1.0, **cfg):
+  policy = policy or ScriptedPolicy(tok, MiniNavScript(correction), scripted_logp(ROLL, CAL))
+  rc = RolloutConfig(group_size=group_size, behaviour_temperature=behaviour_temperature)
   tasks = mini_nav_tasks()
   groups = rollout_groups(tasks, MiniNavEnv, policy, fmt, rc, task_id=lambda t: t.task_id)
   n_calls = len(policy.calls)
@@ -100,6 +100,39 @@ def test_accepted_correction_replaces_the_draft_and_caches_logps(tok, fmt):
   assert stats.mean_accepted_ppl == pytest.approx(ppl, rel=1e-5)
   # the episode continued from the correction: the next search result is the Taipei temple
   assert "121.5409,25.0533" in traj.messages[traj.messages.index({"role": "assistant", "content": turn.text}) + 1]["content"]
+
+
+def test_behaviour_logp_at_the_sampling_temperature(tok, fmt):
+  """With ``behaviour_temperature`` = the sampling temperature, every drawn token keeps the log-prob
+  it was sampled with, and a Corrector-written token gets pi_roll scored at that temperature,
+  while the PPL gate and Eq. 5 keep the temperature-1 pi_roll and pi_cal."""
+  t = 0.8  # RolloutConfig's sampling temperature
+  policy = ScriptedPolicy(tok, MiniNavScript("region"), scripted_logp(ROLL, CAL))
+  groups, new, stats, _ = _run(tok, fmt, policy=policy, behaviour_temperature=t)
+  assert stats.corrections_applied == 1 and stats.groups_replaced == 1
+  assert policy.score_temperatures.count(t) == 1  # one tempered score: the applied correction
+  traj = new[1][0]
+  a = traj.arrays()
+  turn = next(x for x in traj.turns if x.intervened)
+  span = slice(turn.start, turn.end)
+  ids = a["token_ids"][span]
+  np.testing.assert_allclose(a["behaviour_logp"][span], _expected_logp(ids, ROLL) / t, atol=1e-6)
+  np.testing.assert_allclose(a["roll_logp"][span], _expected_logp(ids, ROLL), atol=1e-6)
+  np.testing.assert_allclose(a["cal_logp"][span], _expected_logp(ids, CAL), atol=1e-6)
+  ppl = math.exp(-np.mean(_expected_logp(ids, ROLL).astype(np.float64)))
+  assert stats.mean_accepted_ppl == pytest.approx(ppl, rel=1e-5)
+  for tr in [traj, *groups[0], *groups[1]]:  # drawn turns: the sampling log-probs
+    a = tr.arrays()
+    drawn = a["loss_mask"] & ~a["intervened_mask"]
+    assert drawn.sum() > 0
+    np.testing.assert_allclose(a["behaviour_logp"][drawn], _expected_logp(a["token_ids"][drawn], ROLL) / t, atol=1e-6)
+
+
+def test_behaviour_temperature_other_than_the_sampling_one_is_refused():
+  with pytest.raises(ValueError, match="behaviour_temperature"):
+    RolloutConfig(behaviour_temperature=0.5)  # sampling at 0.8
+  with pytest.raises(ValueError, match="top_p"):
+    RolloutConfig(sampling=SamplingParams(temperature=0.8, top_p=0.9), behaviour_temperature=0.8)
 
 
 def test_leaking_correction_is_rejected_by_the_verifier(tok, fmt):

@@ -102,6 +102,24 @@ def test_sampled_logprobs_equal_score_and_torch(qwen3):
     assert np.abs(sc - want).max() <= 1e-4
 
 
+def test_tempered_score_equals_the_sampling_logprobs_and_torch(qwen3):
+  """score(..., temperature=0.6) of tokens drawn at 0.6 (no top-k / top-p) is what generate reported
+  as their sampling log-probs, and transformers' log_softmax(logits / 0.6) at those positions."""
+  sampler, ref = qwen3
+  out = sampler.generate(PROMPTS, key=jax.random.key(3), max_new_tokens=12, temperature=0.6)
+  scored = sampler.score(PROMPTS, out.tokens, temperature=0.6)
+  for p, toks, lp, slp, sc in zip(PROMPTS, out.tokens, out.logprobs, out.sampling_logprobs, scored):
+    assert len(toks) == 12 and sc.dtype == np.float32
+    assert np.abs(slp - sc).max() <= 1e-4
+    with torch.no_grad():
+      logits = ref(input_ids=torch.tensor([p + toks.tolist()])).logits[0].double()
+    want = (logits / 0.6).log_softmax(-1).numpy()[np.arange(len(p) - 1, len(p) - 1 + len(toks)), toks]
+    assert np.abs(sc - want).max() <= 1e-4
+    assert np.abs(lp - want).mean() > 0.01  # the temperature-1 log-probs are another quantity
+  with pytest.raises(ValueError, match="temperature"):
+    sampler.score(PROMPTS[:1], [[1]], temperature=0.0)
+
+
 def test_score_handles_mixed_lengths_and_empty_responses(qwen3):
   sampler, ref = qwen3
   prompts, responses = [[1, 2, 3], [7]], [[], [8, 9, 10, 11]]

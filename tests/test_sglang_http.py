@@ -210,6 +210,8 @@ def test_score_matches_teacher_forcing(server):
   assert [g.shape for g in got] == [(4,), (1,), (0,)]
   for g, r in zip(got, ref):
     np.testing.assert_allclose(g, r, atol=1e-6)
+  with pytest.raises(ValueError, match="behaviour_logp=recompute"):  # prompt log-probs are at temperature 1
+    client.score(prompts, responses, temperature=0.8)
 
 
 def test_health_and_weight_sync(server, tmp_path):

@@ -1,5 +1,5 @@
 """Several steps per rollout batch (``optim.epochs``) and temperature-consistent log-probs
-(``loss.logp_temperature``, ``loss.behaviour_logp=recompute``), against independent references:
+(``loss.logp_temperature``; ``loss.behaviour_logp`` recomputed or the sampler's), against independent references:
 the same steps taken by hand, transformers' tempered log-probs, numpy's tempered softmax."""
 
 from __future__ import annotations
@@ -106,6 +106,31 @@ def test_recomputed_behaviour_logprobs_are_transformers_tempered_logprobs(toy_po
   assert abs(float(out.metrics["approx_kl_k3"])) < 1e-6 and float(out.metrics["clip_frac"]) == 0.0
 
 
+def test_sampler_behaviour_logprobs_at_the_rollout_temperature_are_transformers_tempered_logprobs(toy_policy,
+                                                                                                 tmp_path):
+  """behaviour_logp=rollout with the ratio at the rollout temperature (0.5): every trained token's
+  old_logp is the log-prob the sampler drew it with, log_softmax(logits / 0.5) of the checkpoint
+  under transformers, and what the recomputing forward pass gives; no pass is needed, and a first
+  step from them starts at ratio 1."""
+  tr = Trainer(_cfg(toy_policy, "rollout.temperature=0.5", "loss.logp_temperature=0.5", "loss.behaviour_logp=rollout"),
+               tmp_path / "t", source=_source(), progress=False)
+  assert tr.rollout_config.behaviour_temperature == 0.5
+  batch = _batch(tr, _groups(tr))
+  hf = Qwen3ForCausalLM.from_pretrained(toy_policy).eval()
+  ids = torch.tensor(np.asarray(batch.input_ids), dtype=torch.long)
+  with torch.no_grad():
+    logits = hf(input_ids=ids, attention_mask=torch.tensor(np.asarray(batch.attention_mask))).logits.double()
+  want = torch.log_softmax(logits / 0.5, -1)[:, :-1].gather(-1, ids[:, 1:, None])[..., 0].numpy()
+  mask = np.asarray(batch.loss_mask)[:, 1:] > 0
+  assert mask.sum() > 10
+  old = np.asarray(batch.old_logp)[:, 1:]
+  np.testing.assert_allclose(old[mask], want[mask], atol=5e-5)
+  recomputed = np.asarray(tr._recompute_behaviour(batch, tr.state.params).old_logp)[:, 1:]
+  np.testing.assert_allclose(old[mask], recomputed[mask], atol=5e-5)
+  _, out = tr.train_step.step(tr.state, tr._device_batch(batch))
+  assert abs(float(out.metrics["approx_kl_k3"])) < 1e-6 and float(out.metrics["clip_frac"]) == 0.0
+
+
 @pytest.mark.parametrize("temperature", [0.5, 0.8, 2.0])
 def test_vocab_chunked_logprobs_at_a_temperature_equal_numpy(temperature):
   rng = np.random.default_rng(0)
@@ -121,7 +146,9 @@ def test_vocab_chunked_logprobs_at_a_temperature_equal_numpy(temperature):
 
 
 @pytest.mark.parametrize("overrides, needle", [
-  (["loss.logp_temperature=0.8", "loss.behaviour_logp=rollout"], "behaviour_logp=recompute"),
+  (["loss.logp_temperature=0.5", "loss.behaviour_logp=rollout"], "behaviour_logp=recompute"),  # sampling at 0.8
+  (["loss.behaviour_logp=rollout", "rollout.top_p=0.9"], "top_p=0.9"),
+  (["loss.behaviour_logp=rollout", "rollout.backend=sglang", "rollout.sglang_url=http://127.0.0.1:1"], "sglang"),
   (["loss.logp_temperature=0.8", "loss.behaviour_logp=recompute", "loss.intervened_old_logp=cal"], "intervened_old_logp"),
   (["loss.logp_temperature=0"], "loss.logp_temperature"),
   (["loss.behaviour_logp=sampler"], "loss.behaviour_logp"),

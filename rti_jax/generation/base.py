@@ -39,14 +39,18 @@ class Completion:
   """One sampled continuation.
 
   token_ids: [n] the generated ids (including the stop token if one was hit).
-  logprobs: [n] float32 log-prob of each generated id under the sampling policy
-    (at temperature 1 for the behaviour policy; see the backend's docs).
+  logprobs: [n] float32 log-prob of each generated id under the policy at temperature 1
+    (see the backend's docs).
   finish_reason: "stop" (a stop id was produced) or "length".
+  sampling_logprobs: [n] float32 log-prob of each id under the distribution it was drawn from
+    (after temperature, top-k and top-p; 0 for greedy rows), or None where the backend does
+    not report it.
   """
 
   token_ids: np.ndarray
   logprobs: np.ndarray
   finish_reason: str
+  sampling_logprobs: np.ndarray | None = None
 
 
 class GenerationBackend(Protocol):
@@ -56,8 +60,10 @@ class GenerationBackend(Protocol):
     """Samples one completion per prompt (batched)."""
     ...
 
-  def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> list[np.ndarray]:
-    """Per-token log-probs ``[len(response)]`` of each response given its prompt."""
+  def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+            temperature: float = 1.0) -> list[np.ndarray]:
+    """Per-token log-probs ``[len(response)]`` of each response given its prompt, of the logits
+    divided by ``temperature`` (callers pass it only when it is not 1)."""
     ...
 
   def sync_weights(self, model) -> None:

@@ -1,8 +1,8 @@
 """The in-process JAX backend (default): ``models.sampler.Sampler`` behind ``GenerationBackend``.
 
-``generate`` returns, per token, the policy's log-prob at temperature 1 (the
-behaviour log-prob the loss needs), whatever temperature was sampled with;
-``score`` is teacher-forced. ``sync_weights`` swaps in a model's current parameters
+``generate`` returns, per token, the policy's log-prob at temperature 1, whatever
+temperature was sampled with, and the log-prob under the distribution sampled from
+(``Completion.sampling_logprobs``); ``score`` is teacher-forced, at temperature 1 or another. ``sync_weights`` swaps in a model's current parameters
 (same architecture) without recompiling: the sampler's copy of them (compute dtype, decode
 layout on ``mesh``) is made on the devices by one jitted cast, no host round trip.
 """
@@ -48,15 +48,18 @@ class JaxBackend:
       pad_id=self.pad_id,
     )
     return [
-      Completion(token_ids=np.asarray(t, np.int32), logprobs=np.asarray(lp, np.float32), finish_reason=r)
-      for t, lp, r in zip(out.tokens, out.logprobs, out.finish_reasons)
+      Completion(token_ids=np.asarray(t, np.int32), logprobs=np.asarray(lp, np.float32), finish_reason=r,
+                 sampling_logprobs=np.asarray(slp, np.float32))
+      for t, lp, slp, r in zip(out.tokens, out.logprobs, out.sampling_logprobs, out.finish_reasons)
     ]
 
-  def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> list[np.ndarray]:
-    """Per-token log-probs ``[len(response)]`` under the current parameters."""
+  def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+            temperature: float = 1.0) -> list[np.ndarray]:
+    """Per-token log-probs ``[len(response)]`` under the current parameters, of the logits
+    divided by ``temperature``."""
     if not prompts and not responses:
       return []
-    return [np.asarray(x, np.float32) for x in self.sampler.score(prompts, responses)]
+    return [np.asarray(x, np.float32) for x in self.sampler.score(prompts, responses, temperature)]
 
   def sync_weights(self, model: Any) -> None:
     """The sampler decodes with ``model``'s parameters from now on (a device-side copy)."""

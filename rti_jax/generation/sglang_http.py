@@ -225,13 +225,18 @@ class SGLangHTTPBackend:
         items[i] = it
     return [parse_generate_item(it, f"{self.base_url}/generate", params.max_new_tokens) for it in items]
 
-  def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> list[np.ndarray]:
+  def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+            temperature: float = 1.0) -> list[np.ndarray]:
     """Per-token log-probs ``[len(response)]`` of each response given its prompt.
 
     Sends prompt+response with ``max_new_tokens=0`` and reads the prompt log-probs
     from ``logprob_start_len = len(prompt) - 1`` on; the last ``len(response)``
-    entries are the response's.
+    entries are the response's. A server's prompt log-probs are the policy's own, so only
+    ``temperature`` 1 is served (ValueError otherwise).
     """
+    if temperature != 1.0:
+      raise ValueError(f"temperature={temperature!r}: SGLang's prompt log-probs are at temperature 1; train with "
+                       "loss.behaviour_logp=recompute to take the ratio at another temperature")
     if len(prompts) != len(responses):
       raise ValueError(f"responses: expected {len(prompts)} (one per prompt), got {len(responses)}")
     out: list[np.ndarray | None] = [None] * len(prompts)

@@ -319,15 +319,24 @@ def intervened_step(
     ))
     pending = [i for i in pending if i not in accepted]
 
+  # The behaviour log-prob of a Corrector-written token is pi_roll's; at a behaviour temperature
+  # other than 1, scored again at it (the gate and Eq. 5 keep the temperature-1 scores).
+  behaviour = {i: roll_lp for i, (_, roll_lp, _) in accepted.items()}
+  t_b = rollout_config.behaviour_temperature
+  if accepted and t_b != 1.0:
+    order = sorted(accepted)
+    tempered = backend.score([p_roll[i] for i in order], [accepted[i][0] for i in order], temperature=t_b)
+    behaviour = {i: np.asarray(lp, np.float32) for i, lp in zip(order, tempered)}
   for i, (ep, d) in enumerate(zip(live, drafts)):
     if i in accepted:
       ids, roll_lp, cal_lp = accepted[i]
       ep.apply_turn(
-        formatter, ids, roll_lp.tolist(), "stop", rollout_config.max_prompt_tokens,
+        formatter, ids, behaviour[i].tolist(), "stop", rollout_config.max_prompt_tokens,
         roll_logp=roll_lp.tolist(), cal_logp=cal_lp.tolist(),
       )
     else:
-      ep.apply_turn(formatter, d.token_ids.tolist(), d.logprobs.tolist(), d.finish_reason, rollout_config.max_prompt_tokens)
+      ep.apply_turn(formatter, d.token_ids.tolist(), rollout_config.behaviour_logprobs(d).tolist(), d.finish_reason,
+                    rollout_config.max_prompt_tokens)
 
 
 def run_intervened_rollouts(
