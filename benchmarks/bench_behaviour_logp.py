@@ -5,8 +5,8 @@
 Builds the trainer of ``configs/navigation.yaml`` (overrides accepted), runs one iteration to get a
 real batch of rollouts, then times ``Trainer.update`` on that batch alternately with each setting
 (two optimizer steps over the length chunks and the KL reference pass in both; the recompute pass
-in the first only). The first call of each setting is reported apart (it may compile); the rest
-are the median of ``--reps`` calls. Prints both and their ratio.
+in the first only): a warm-up call each, then the median of ``--reps`` rounds
+(``bench_common.alternating_medians``). Prints both and their ratio.
 
   python benchmarks/bench_behaviour_logp.py
   python benchmarks/bench_behaviour_logp.py --reps 5 rollout.tasks_per_iter=4
@@ -15,11 +15,9 @@ are the median of ``--reps`` calls. Prints both and their ratio.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
-from bench_common import navigation_update_batch
+from bench_common import alternating_medians, machine, navigation_update_batch
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -28,20 +26,19 @@ def main(argv: list[str] | None = None) -> None:
   ap.add_argument("overrides", nargs="*", help="config overrides key=value")
   args = ap.parse_args(argv)
   trainer, groups = navigation_update_batch(args.overrides, "bench_bl_")
-  modes = ("recompute", "rollout")
-  times: dict[str, list[float]] = {m: [] for m in modes}
-  for _ in range(args.reps + 1):
-    for mode in modes:
+
+  def update_with(mode: str):
+    def run() -> None:
       trainer.cfg.loss.behaviour_logp = mode
-      t0 = time.perf_counter()
-      trainer.update(groups)
-      times[mode].append(time.perf_counter() - t0)
-  print(f"{sum(len(t.token_ids) for g in groups for t in g)} tokens in {sum(len(g) for g in groups)} rollouts")
-  for mode in modes:
-    print(f"behaviour_logp={mode:9s}: first call {times[mode][0]:.2f} s, then median "
-          f"{statistics.median(times[mode][1:]):.2f} s per update")
-  print(f"ratio rollout / recompute: "
-        f"{statistics.median(times['rollout'][1:]) / statistics.median(times['recompute'][1:]):.2f}x")
+      trainer.update(groups)  # returns host floats: the step has finished
+    return run
+
+  t = alternating_medians({m: update_with(m) for m in ("recompute", "rollout")}, args.reps)
+  print(machine())
+  print(f"{sum(len(x.token_ids) for g in groups for x in g)} tokens in {sum(len(g) for g in groups)} rollouts")
+  for mode, sec in t.items():
+    print(f"behaviour_logp={mode:9s}: median {sec:.2f} s per update")
+  print(f"ratio rollout / recompute: {t['rollout'] / t['recompute']:.2f}x")
 
 
 if __name__ == "__main__":

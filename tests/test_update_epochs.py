@@ -51,6 +51,19 @@ def _batch(trainer, groups):
   return objectives.with_trained_positions(chunk) if trainer.cfg.optim.trained_positions else chunk
 
 
+def _transformers_tempered_logp(policy, batch, temperature):
+  """log_softmax(logits / temperature) of each next token of ``batch`` under transformers ([B, T - 1],
+  float64) and the mask of the trained ones among them (at least 10)."""
+  hf = Qwen3ForCausalLM.from_pretrained(policy).eval()
+  ids = torch.tensor(np.asarray(batch.input_ids), dtype=torch.long)
+  with torch.no_grad():
+    logits = hf(input_ids=ids, attention_mask=torch.tensor(np.asarray(batch.attention_mask))).logits.double()
+  want = torch.log_softmax(logits / temperature, -1)[:, :-1].gather(-1, ids[:, 1:, None])[..., 0].numpy()
+  mask = np.asarray(batch.loss_mask)[:, 1:] > 0
+  assert mask.sum() > 10
+  return want, mask
+
+
 def test_epochs_take_the_same_steps_as_repeating_the_step_by_hand(toy_policy, tmp_path):
   """Two epochs over one minibatch equal two hand-made steps on the one placed batch: the second
   step's ratio has moved off 1 (its KL estimate is positive), the behaviour log-probs have not."""
@@ -90,13 +103,7 @@ def test_recomputed_behaviour_logprobs_are_transformers_tempered_logprobs(toy_po
                tmp_path / "t", source=_source(), progress=False)
   batch = _batch(tr, _groups(tr))
   got = tr._recompute_behaviour(batch, tr.state.params)
-  hf = Qwen3ForCausalLM.from_pretrained(toy_policy).eval()
-  ids = torch.tensor(np.asarray(batch.input_ids), dtype=torch.long)
-  with torch.no_grad():
-    logits = hf(input_ids=ids, attention_mask=torch.tensor(np.asarray(batch.attention_mask))).logits.double()
-  want = torch.log_softmax(logits / 0.5, -1)[:, :-1].gather(-1, ids[:, 1:, None])[..., 0].numpy()
-  mask = np.asarray(batch.loss_mask)[:, 1:] > 0
-  assert mask.sum() > 10
+  want, mask = _transformers_tempered_logp(toy_policy, batch, 0.5)
   np.testing.assert_allclose(np.asarray(got.old_logp)[:, 1:][mask], want[mask], atol=2e-5)
   np.testing.assert_array_equal(np.asarray(got.old_logp)[:, 1:][~mask], np.asarray(batch.old_logp)[:, 1:][~mask])
   # the sampler's own log-probs are the temperature-1 ones: they differ from the tempered ones
@@ -116,13 +123,7 @@ def test_sampler_behaviour_logprobs_at_the_rollout_temperature_are_transformers_
                tmp_path / "t", source=_source(), progress=False)
   assert tr.rollout_config.behaviour_temperature == 0.5
   batch = _batch(tr, _groups(tr))
-  hf = Qwen3ForCausalLM.from_pretrained(toy_policy).eval()
-  ids = torch.tensor(np.asarray(batch.input_ids), dtype=torch.long)
-  with torch.no_grad():
-    logits = hf(input_ids=ids, attention_mask=torch.tensor(np.asarray(batch.attention_mask))).logits.double()
-  want = torch.log_softmax(logits / 0.5, -1)[:, :-1].gather(-1, ids[:, 1:, None])[..., 0].numpy()
-  mask = np.asarray(batch.loss_mask)[:, 1:] > 0
-  assert mask.sum() > 10
+  want, mask = _transformers_tempered_logp(toy_policy, batch, 0.5)
   old = np.asarray(batch.old_logp)[:, 1:]
   np.testing.assert_allclose(old[mask], want[mask], atol=5e-5)
   recomputed = np.asarray(tr._recompute_behaviour(batch, tr.state.params).old_logp)[:, 1:]
