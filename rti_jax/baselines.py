@@ -237,7 +237,8 @@ def demonstration_trajectories(
   trainable and marked off-policy (``intervened_mask``). ``behaviour_logp`` (and the unused
   ``roll_logp = cal_logp``) is the current policy's teacher-forced log-prob of the token
   (``backend.score``, at ``behaviour_temperature``, the rollouts' ``RolloutConfig.behaviour_temperature``),
-  so the batch's clip / KL metrics stay meaningful; LUFFY's off-policy term does not read it. A demonstrator that raises, or runs past ``max_turns``, yields None.
+  so the batch's clip / KL metrics stay meaningful; LUFFY's off-policy term does not read it. A
+  demonstrator that raises, or runs past ``max_turns``, yields None.
   """
   episodes: list[Episode | None] = []
   agents = []

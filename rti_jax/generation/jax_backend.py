@@ -2,9 +2,10 @@
 
 ``generate`` returns, per token, the policy's log-prob at temperature 1, whatever
 temperature was sampled with, and the log-prob under the distribution sampled from
-(``Completion.sampling_logprobs``); ``score`` is teacher-forced, at temperature 1 or another. ``sync_weights`` swaps in a model's current parameters
-(same architecture) without recompiling: the sampler's copy of them (compute dtype, decode
-layout on ``mesh``) is made on the devices by one jitted cast, no host round trip.
+(``Completion.sampling_logprobs``); ``score`` is teacher-forced, at temperature 1 or another.
+``sync_weights`` swaps in a model's current parameters (same architecture) without
+recompiling: the sampler's copy of them (compute dtype, decode layout on ``mesh``) is made on
+the devices by one jitted cast, no host round trip.
 """
 
 from __future__ import annotations
