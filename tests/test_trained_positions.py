@@ -165,8 +165,8 @@ def test_a_model_without_hidden_states_is_told_why() -> None:
 
 @pytest.mark.slow
 def test_trainer_update_at_positions_equals_the_update_over_every_position(toy_policy, tmp_path) -> None:
-  """One update with the navigation config's regime (two epochs, recomputed behaviour log-probs at
-  the sampling temperature, the KL reference pass, length chunks) with and without
+  """One update with the navigation config's regime (two epochs, the KL reference pass, length
+  chunks) and the behaviour log-probs recomputed at the sampling temperature, with and without
   ``optim.trained_positions``: the same metrics and parameters up to fp32 rounding."""
   from rti_jax.config import load_config
   from rti_jax.envs.source import TaskSource
@@ -178,7 +178,7 @@ def test_trainer_update_at_positions_equals_the_update_over_every_position(toy_p
     cfg = load_config("navigation", [
         f"policy.path={toy_policy}", "rollout.tasks_per_iter=2", "rollout.group_size=4", "rollout.max_new_tokens=6",
         "rollout.max_context=128", "optim.lr=0.01", "train.eval_every=100", "train.val_tasks=0",
-        "optim.length_chunks=2", f"optim.trained_positions={flag}"])
+        "optim.length_chunks=2", f"optim.trained_positions={flag}", "loss.behaviour_logp=recompute"])
     src = TaskSource(train=list(range(8)), test=list(range(100, 102)), env_factory=LengthRewardEnv, task_id=str,
                      subsets={}, domain="navigation")
     return Trainer(cfg, tmp_path / flag, source=src, progress=False)

@@ -9,7 +9,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from rti_jax.envs.base import Environment, StepResult, Transcript
 
 # One update step per rollout batch from the sampler's temperature-1 log-probs: the Navigation
-# default (T = 0.8, two epochs, recomputed behaviour log-probs) with the fewest programs, for
+# default (T = 0.8, two epochs, the sampler's behaviour log-probs) with the fewest programs, for
 # checks whose subject is something else (a mesh, a process split, one epoch's arithmetic).
 ONE_STEP_FROM_SAMPLER = ("optim.epochs=1", "rollout.temperature=1.0", "loss.logp_temperature=1.0",
                          "loss.behaviour_logp=rollout")
