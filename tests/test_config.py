@@ -109,6 +109,7 @@ def test_runtime_configs_are_built_from_the_yaml_and_share_its_defaults():
   assert default.rollout.temperature == RolloutConfig().sampling.temperature
   assert default.intervention.delta == InterventionConfig().ppl_delta
   cfg = load_config("navigation", ["loss.clip_high=0.28", "intervention.delta=3", "rollout.top_k=5",
+                                   "loss.behaviour_logp=recompute",  # top-k: the sampler's log-probs are not the policy's
                                    "intervention.verifier=off", "loss.method=grpo"])
   lc, rc, ic = loss_config(cfg), rollout_config(cfg), intervention_config(cfg, "telecom")
   assert (lc.name, lc.clip_high, lc.beta, lc.eps_cal) == ("grpo", 0.28, cfg.loss.beta, cfg.intervention.eps_cal)
