@@ -1,7 +1,7 @@
 """SGLangHTTPBackend against a local server (127.0.0.1) that serves SGLang's native API subset
 (/generate with input_ids / sampling_params / return_logprob / logprob_start_len, /health,
 /update_weights_from_disk) on top of an in-process backend. A real SGLang server is verified
-only on a GPU machine (see the README)."""
+only on a GPU machine (see docs/gpu.md)."""
 
 from __future__ import annotations
 
