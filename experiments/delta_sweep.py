@@ -185,9 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   cols, rows = sweep_rows(results, key)
   tables = [reporting.print_table(f"Delta sweep, held-out test split ({len(args.seeds)} seed(s); % and counts "
                                   f"summed over training; {base.intervention.corrector} Corrector, hidden-city share "
-                                  f"{base.env.hidden_city_share:g})", cols, rows)]
+                                  f"{base.env.navigation.hidden_city_share:g})", cols, rows)]
   results["table"] = {"columns": cols, "rows": rows}
-  results["corrector"], results["hidden_city_share"] = base.intervention.corrector, base.env.hidden_city_share
+  results["corrector"], results["hidden_city_share"] = base.intervention.corrector, base.env.navigation.hidden_city_share
   zero = delta_label(0.0)
   if "grpo" in variants and zero in variants:
     diffs = {s: record_differences(r[f"{zero}_records"], r["grpo_records"]) for s, r in results["runs"].items()}

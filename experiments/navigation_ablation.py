@@ -19,7 +19,7 @@ Table 3 measures what each check stops, so the experiment runs the paper's Corre
 was fine-tuned on). ``--hidden-city-share S`` adds hidden-city tasks to train and test
 (docs/navigation.md): there a correction that names the city from l succeeds but cannot be
 learned, and only the Verifier stands between it and the update. It defaults to the config's
-``env.hidden_city_share``: 0.3 in ``navigation_qwen3_8b``, 0 in the tiny config, whose default
+``env.navigation.hidden_city_share``: 0.3 in ``navigation_qwen3_8b``, 0 in the tiny config, whose default
 policy was never trained on the system message that offers ``ask_user`` and fails most ordinary
 tasks under it (docs/research_log.md); with the tiny config, pair the share with the policy built
 for it: ``--hidden-city-share 0.3 policy.path=policies/navigation_hidden``. Both come before the command line's ``key=value``
@@ -75,14 +75,14 @@ def add_setting_options(p: argparse.ArgumentParser, hidden_city_share: bool = Tr
                       "config's visible-only message)")
   if hidden_city_share:
     p.add_argument("--hidden-city-share", type=float, default=None,
-                   help="share of hidden-city tasks in train and test (default: the config's env.hidden_city_share)")
+                   help="share of hidden-city tasks in train and test (default: the config's env.navigation.hidden_city_share)")
 
 
 def table3_setting(args: argparse.Namespace) -> list[str]:
   """The overrides ``add_setting_options``' options stand for (placed before the user's own)."""
   out = [f"intervention.corrector={args.corrector}"]
   if getattr(args, "hidden_city_share", None) is not None:
-    out.append(f"env.hidden_city_share={args.hidden_city_share}")
+    out.append(f"env.navigation.hidden_city_share={args.hidden_city_share}")
   return out
 
 
@@ -196,9 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   cfg = load_config(args.config, overrides)
   results = experiment.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
                         reuse=args.reuse)
-  results["corrector"], results["hidden_city_share"] = cfg.intervention.corrector, cfg.env.hidden_city_share
+  results["corrector"], results["hidden_city_share"] = cfg.intervention.corrector, cfg.env.navigation.hidden_city_share
   report(results, out, f"Navigation ablation, held-out test split ({len(args.seeds)} seed(s), %; Table 3 layout; "
-                       f"{cfg.intervention.corrector} Corrector, hidden-city share {cfg.env.hidden_city_share:g})")
+                       f"{cfg.intervention.corrector} Corrector, hidden-city share {cfg.env.navigation.hidden_city_share:g})")
   return 0
 
 

@@ -6,7 +6,7 @@
     python experiments/run.py --exp=telecom train.iterations=20 rollout.group_size=8   # overrides
 
 The base policy is built by ``experiments/telecom_sft.py`` (``policies/telecom_base``) and sees
-the condensed policy (``env.policy_text: condensed``; what was condensed:
+the condensed policy (``env.telecom.policy_text: condensed``; what was condensed:
 ``rti_jax/envs/telecom/condensed.py``). For each seed, GRPO and RTI (rule-based Validator and
 Verifier, the policy as its own Corrector) are trained from that policy on the train split
 (the last ``train.val_tasks`` train tasks, also held out of the base policy's SFT, are the
@@ -52,7 +52,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
 
 
 def make_source(cfg: Any, test_tasks: int | None) -> Any:
-  """The Telecom task source of ``cfg`` (``env.policy_text`` picks the policy text), with the
+  """The Telecom task source of ``cfg`` (``env.telecom.policy_text`` picks the policy text), with the
   test split cut to its first ``test_tasks`` when given."""
   import dataclasses
 

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rti_jax import objectives
+from rti_jax.envs import registry
 from rti_jax.envs.base import Environment
 from rti_jax.generation.base import GenerationBackend
 from rti_jax.rollout import ChatFormatter, Episode, Trajectory
@@ -190,19 +191,12 @@ def minibatch_zscore(values: Sequence[np.ndarray], masks: Sequence[np.ndarray]) 
 
 
 def demonstrator_for(domain: str, check_line: bool = False) -> Callable[[Any], Any]:
-  """``task -> agent`` (with ``act(messages) -> str``) writing LUFFY's off-policy demonstrations.
-
-  navigation: the scripted ``OracleAgent`` (searches, re-searches off-city stops with the
-  trip's region, plans the route); with ``check_line`` (a policy whose format writes the check
-  line, ``<policy>/build.json``) wrapped in ``CheckedAgent`` so the demonstrations are in the
-  policy's own format. Other domains have no offline demonstrator yet.
-  """
-  if domain == "navigation":
-    from rti_jax.envs.navigation import OracleAgent
-    from rti_jax.policy.check_line import CheckedAgent
-
-    return (lambda task: CheckedAgent(OracleAgent(task))) if check_line else OracleAgent
-  raise ValueError(f"domain: expected 'navigation' (the only domain with a scripted demonstrator), got {domain!r}")
+  """``task -> agent`` (with ``act(messages) -> str``) writing LUFFY's off-policy demonstrations:
+  the one environment ``domain`` registers (``EnvSpec.demonstrator``; Navigation's is the scripted
+  ``OracleAgent``); ``check_line``: a policy whose format writes the check line
+  (``<policy>/build.json``), so the demonstrations are in the policy's own format. An environment
+  without one is a ``ValueError`` naming those that have one."""
+  return registry.demonstrator(domain, check_line)
 
 
 @dataclasses.dataclass

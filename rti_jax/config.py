@@ -19,6 +19,7 @@ written once. Choice lists are imported from the modules that define them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import math
 import re
@@ -27,6 +28,7 @@ from typing import Any, Optional, Sequence
 from omegaconf import MISSING, OmegaConf
 
 from rti_jax import objectives
+from rti_jax.envs import registry
 from rti_jax.generation.base import SamplingParams
 from rti_jax.intervention import pipeline
 from rti_jax import rollout as rollout_lib
@@ -49,28 +51,19 @@ class PolicyConfig:
 
 @dataclasses.dataclass
 class EnvConfig:
-  """The environment and its task split."""
+  """The environment and its task split: the keys every environment reads. Each registered
+  environment adds its own typed section ``env.<name>.*`` (``EnvSpec.options``;
+  ``rti_jax/envs/registry.py``), part of the schema that ``load_config`` builds."""
 
-  name: str = "navigation"  # navigation | telecom
+  name: str = "navigation"  # a registered environment: python -m rti_jax.envs list
   setting: str = "tiny"  # tiny (CPU default) | paper
   num_train: int = 600
   num_test: int = 150
   seed: int = 0
   max_turns: int = 6
-  # Navigation: leave tasks that a later candidate of the first results already solves
-  # (``tasks.listed_alternative``) out of RL rollouts. Validation and test splits are unchanged.
-  rl_exclude_listed: bool = False
-  # Telecom: the policy text of the system prompt. full = tau2's policy + tech-support manual;
-  # condensed = ``envs.telecom.condensed.CONDENSED_POLICY`` (for a tiny policy; what was condensed
-  # is listed there). The agent-tool schemas are appended either way.
-  policy_text: str = "full"
   # The tools reach the model through the chat template's ``tools=`` (a real chat model sees its own
   # tools layout) instead of a tools list in the system message (the tiny policies' layout).
   tools_in_template: bool = False
-  # Navigation: share of each split built as hidden-city tasks (``envs.navigation.hidden``): nothing
-  # the policy sees tells the trip's city, the user does when asked (the ``ask_user`` tool, offered
-  # only when > 0). 0 leaves the world, the tasks and the tools as they were.
-  hidden_city_share: float = 0.0
 
 
 _ROLLOUT = rollout_lib.RolloutConfig()  # the runtime defaults the schema reads
@@ -115,9 +108,6 @@ class InterventionConfig:
   eps_cal: float = _LOSS.eps_cal  # Eq. 6
   intervener_url: Optional[str] = None  # None = self-intervention by the policy
   max_attempts: int = _INTERVENTION.num_intervened_rollouts  # intervened rollouts tried per all-fail group
-  # Telecom's rule Verifier rejects a device fix asked before any visible check showed its fault
-  # (fix_without_diagnostic, docs/telecom.md); false: that rule off.
-  fix_rule: bool = True
   # Corrector samples tried per flagged step (redrawn when a check rejects one)
   correction_attempts: int = _INTERVENTION.correction_attempts
 
@@ -257,10 +247,8 @@ _CHOICES = {
     "policy.dtype": ("float32", "bfloat16"),
     "policy.param_dtype": ("float32", "bfloat16", ""),
     "policy.chat_template": ("", "qwen3", "qwen3_thinking_2507", "qwen3_append_only"),
-    "env.name": ("navigation", "telecom"),
     "rollout.backend": ("jax", "sglang"),
     "env.setting": ("tiny", "paper"),
-    "env.policy_text": ("full", "condensed"),
     "intervention.validator": ("rules", "llm"),
     "intervention.verifier": ("rules", "llm", "off"),
     "intervention.corrector": pipeline.CORRECTORS,
@@ -295,6 +283,32 @@ def _leaves(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
   return out
 
 
+def _validate_env_sections(cfg: ExperimentConfig) -> None:
+  """``env.name`` is registered; its section passes its own checks; every other environment's
+  section keeps its defaults (an option of another environment is a mistake, named by its key)."""
+  try:
+    active = registry.get(cfg.env.name)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+  for spec in registry.specs():
+    section = getattr(cfg.env, spec.name, None)
+    if section is None or spec.options is None:
+      continue
+    if spec is active:
+      check = getattr(section, "validate", None)
+      try:
+        if check is not None:
+          check()
+      except ValueError as e:
+        raise ConfigError(f"env.{spec.name}.{e}") from None
+      continue
+    for f in dataclasses.fields(section):
+      value, default = getattr(section, f.name), getattr(spec.default_options(), f.name)
+      if value != default:
+        raise ConfigError(f"env.{spec.name}.{f.name}: an option of env {spec.name!r}, got {value!r} with "
+                          f"env.name={cfg.env.name!r}")
+
+
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
   """Checks choices and ranges; raises ``ConfigError`` naming the key."""
   for key, value in _leaves(cfg):
@@ -315,16 +329,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
       raise ConfigError(f"{key}: expected an integer >= 1, got {_get(cfg, key)!r}")
   if not 0 <= cfg.train.val_tasks < cfg.env.num_train:
     raise ConfigError(f"train.val_tasks: expected in [0, env.num_train={cfg.env.num_train}), got {cfg.train.val_tasks}")
-  if cfg.env.rl_exclude_listed and cfg.env.name != "navigation":
-    raise ConfigError(f"env.rl_exclude_listed: a Navigation option, got it with env.name={cfg.env.name!r}")
-  if not 0.0 <= cfg.env.hidden_city_share <= 1.0:
-    raise ConfigError(f"env.hidden_city_share: expected in [0, 1], got {cfg.env.hidden_city_share}")
-  if cfg.env.hidden_city_share > 0 and cfg.env.name != "navigation":
-    raise ConfigError(f"env.hidden_city_share: a Navigation option, got it with env.name={cfg.env.name!r}")
-  if not cfg.intervention.fix_rule and cfg.env.name != "telecom":
-    raise ConfigError(f"intervention.fix_rule: a Telecom option, got false with env.name={cfg.env.name!r}")
-  if cfg.env.policy_text != "full" and cfg.env.name != "telecom":
-    raise ConfigError(f"env.policy_text: a Telecom option, got {cfg.env.policy_text!r} with env.name={cfg.env.name!r}")
+  _validate_env_sections(cfg)
   if cfg.rollout.prefix_cache_mb < 0:
     raise ConfigError(f"rollout.prefix_cache_mb: expected an integer >= 0, got {cfg.rollout.prefix_cache_mb!r}")
   if cfg.rollout.backend == "sglang" and not cfg.rollout.sglang_url:
@@ -450,13 +455,15 @@ def rollout_config(cfg: ExperimentConfig) -> rollout_lib.RolloutConfig:
                 behaviour_temperature=cfg.loss.logp_temperature if tempered else 1.0)
 
 
-def intervention_config(cfg: ExperimentConfig, domain: str = "navigation") -> pipeline.InterventionConfig:
-  """Stage 2's ``pipeline.InterventionConfig`` of ``cfg`` for a benchmark's rule/prompt ``domain``."""
+def intervention_config(cfg: ExperimentConfig, domain: str = "navigation", success_reward: float = 1.0
+                        ) -> pipeline.InterventionConfig:
+  """Stage 2's ``pipeline.InterventionConfig`` of ``cfg`` for a registered environment ``domain``
+  (its judge prompts) and its success threshold."""
   i = cfg.intervention
   return _build(pipeline.InterventionConfig, enabled=cfg.loss.method == "rti" and i.enabled,
                 verifier_enabled=i.verifier != "off", ppl_delta=i.delta, reweight=i.reweight,
                 num_intervened_rollouts=i.max_attempts, correction_attempts=i.correction_attempts, domain=domain,
-                corrector=i.corrector)
+                corrector=i.corrector, success_reward=success_reward)
 
 
 def runtime_configs(cfg: ExperimentConfig, domain: str = "navigation") -> tuple[Any, Any, Any]:
@@ -472,7 +479,25 @@ def load_config(name_or_path: str | None = None, overrides: Sequence[str] = ()) 
   overrides: ``key=value`` strings, e.g. ``["train.iterations=3", "loss.method=grpo"]``.
   """
   path = None if name_or_path is None else config_path(name_or_path)
-  return validate(load_structured(ExperimentConfig, path, overrides))
+  return validate(load_structured(schema(), path, overrides))
+
+
+def schema() -> type[ExperimentConfig]:
+  """``ExperimentConfig`` with one typed section ``env.<name>`` per registered environment that has
+  options (``EnvSpec.options``): what YAML files and ``key=value`` overrides are checked against."""
+  sections = tuple((s.name, s.options) for s in registry.specs() if s.options is not None)
+  return _schema(sections)
+
+
+@functools.lru_cache(maxsize=None)
+def _schema(sections: tuple[tuple[str, type], ...]) -> type[ExperimentConfig]:
+  env = dataclasses.make_dataclass(
+      "EnvConfig", [(name, cls, dataclasses.field(default_factory=cls)) for name, cls in sections], bases=(EnvConfig,))
+  env.__doc__, env.__module__ = EnvConfig.__doc__, __name__
+  exp = dataclasses.make_dataclass(
+      "ExperimentConfig", [("env", env, dataclasses.field(default_factory=env))], bases=(ExperimentConfig,))
+  exp.__doc__, exp.__module__ = ExperimentConfig.__doc__, __name__
+  return exp
 
 
 def to_dict(cfg: ExperimentConfig) -> dict[str, Any]:

@@ -44,7 +44,8 @@ from rti_jax import baselines, distributed, objectives, reporting
 from rti_jax.checkpoint import TrainCheckpointer
 from rti_jax import config as config_lib
 from rti_jax.config import ExperimentConfig
-from rti_jax.envs.source import TaskSource, task_source
+from rti_jax.envs import registry
+from rti_jax.envs.source import TaskSource
 from rti_jax.generation.base import GenerationBackend
 from rti_jax.intervention import judges
 from rti_jax.intervention import pipeline
@@ -95,7 +96,7 @@ class Trainer:
     self.run_dir = pathlib.Path(run_dir)
     self.run_dir.mkdir(parents=True, exist_ok=True)
     self.progress = progress
-    self.source = source or task_source(cfg)
+    self.source = source or registry.task_source(cfg)
     # Validation split (train.val_tasks): the last N train tasks, kept out of RL rollouts.
     n_val = cfg.train.val_tasks
     self.val: list[Any] = []
@@ -108,7 +109,7 @@ class Trainer:
     if self.source.rl_exclude is not None:  # after the validation split, which it never changes
       kept = [t for t in self.source.train if not self.source.rl_exclude(t)]
       if not kept:
-        raise ValueError("env: every RL train task is excluded (rl_exclude_listed); nothing to train on")
+        raise ValueError("env: every RL train task is excluded (the source's rl_exclude, e.g. env.navigation.rl_exclude_listed); nothing to train on")
       self.source = dataclasses.replace(self.source, train=kept)
     dtypes = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
     dtype = self.compute_dtype = dtypes[cfg.policy.dtype]
@@ -144,8 +145,10 @@ class Trainer:
                                 prefix_cache_bytes=cfg.rollout.prefix_cache_mb << 20, mesh=self.rollout_mesh)
     self.sampling = config_lib.sampling_params(cfg)
     self.rollout_config = config_lib.rollout_config(cfg)
-    self.intervention_config = config_lib.intervention_config(cfg, self.source.domain)
-    self.roles = self._build_roles()
+    self.intervention_config = config_lib.intervention_config(cfg, self.source.domain,
+                                                              self.source.success_threshold)
+    # Only RTI intervenes: GRPO and the baselines build no roles (an environment needs none for them).
+    self.roles = self._build_roles() if self.intervention_config.enabled else None
     # Mesh-sharded, jitted update of the configured loss (Eq. 2 / Eq. 7).
     self.loss_config = config_lib.loss_config(cfg)
     o = cfg.optim
@@ -197,11 +200,17 @@ class Trainer:
     # builds and scores log pi_cal under (Eq. 5); see pipeline.intervened_step.
     corrector = judges.PolicyCorrector(judge_backend, self.sampling, self.formatter.end_of_turn_id)
     llm = judges.JudgeLLM(judge_backend, self.formatter) if "llm" in (icfg.validator, icfg.verifier) else None
-    rules = (pipeline.rule_roles(self.source.domain, fix_rule=icfg.fix_rule) if "rules" in (icfg.validator, icfg.verifier)
+    rules = (pipeline.rule_roles(self.source.domain, self._env_options()) if "rules" in (icfg.validator, icfg.verifier)
              else (None, None))
     validator: Any = judges.LLMValidator(llm) if icfg.validator == "llm" else rules[0]
     verifier: Any = {"off": None, "llm": judges.LLMVerifier(llm) if llm else None, "rules": rules[1]}[icfg.verifier]
     return pipeline.InterventionRoles(validator=validator, corrector=corrector, verifier=verifier)
+
+  def _env_options(self) -> Any:
+    """The config section ``env.<domain>`` of the source's environment (its defaults if absent)."""
+    spec = registry.get(self.source.domain)
+    section = getattr(self.cfg.env, spec.name, None)
+    return section if section is not None else spec.default_options()
 
   def _permutation(self, epoch: int) -> np.ndarray:
     rng = np.random.default_rng([self.cfg.train.seed, epoch])
@@ -276,8 +285,8 @@ class Trainer:
         "iteration": self.iteration,
         "reward_mean": float(rewards_before.mean()),
         "reward_mean_after_intervention": float(rewards_after.mean()),
-        "all_fail_group_frac": float(np.mean(rewards_before.max(axis=1) <= 0)),
-        "all_fail_group_frac_after": float(np.mean(rewards_after.max(axis=1) <= 0)),
+        "all_fail_group_frac": float(np.mean(rewards_before.max(axis=1) < src.success_threshold)),
+        "all_fail_group_frac_after": float(np.mean(rewards_after.max(axis=1) < src.success_threshold)),
         "turns_mean": float(turns.mean()),
         "turn_hist": np.bincount(turns, minlength=self.cfg.env.max_turns + 1).tolist(),
         "truncated_frac": float(np.mean([t.truncated for g in groups for t in g])),
@@ -380,7 +389,8 @@ class Trainer:
       part = list(tasks[start:start + chunk])
       groups = rollout_groups(part, self.source.env_factory, self.backend, self.formatter, cfg,
                               task_id=self.source.task_id, seed=seed + start)
-      successes[start:start + len(part)] = [[float(t.reward >= 1.0) for t in g] for g in groups]
+      successes[start:start + len(part)] = [[float(t.reward >= self.source.success_threshold) for t in g]
+                                            for g in groups]
       bar.update(len(part))
     bar.close()
     successes = distributed.sum_over_processes(successes)

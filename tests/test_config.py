@@ -128,7 +128,7 @@ def test_overrides_are_literal_values(monkeypatch):
 
 
 def test_env_tools_in_template_sends_navigation_tools_through_the_chat_template():
-  from rti_jax.envs.source import task_source
+  from rti_jax.envs.registry import task_source
 
   paper = task_source(load_config("navigation_qwen3_8b", ["policy.path=/p"]))
   assert [t["function"]["name"] for t in paper.tool_schemas] and paper.env_factory().tools_in_prompt is False

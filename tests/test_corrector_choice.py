@@ -41,10 +41,10 @@ def test_table3_experiments_default_to_the_paper_corrector_and_the_configs_share
   assert args.overrides == ["intervention.corrector=paper"]
   for name, share in [("navigation", 0.0), ("navigation_qwen3_8b", 0.3)]:
     cfg = load_config(name, ["policy.path=x", *args.overrides])
-    assert (cfg.intervention.corrector, cfg.env.hidden_city_share) == ("paper", share)
+    assert (cfg.intervention.corrector, cfg.env.navigation.hidden_city_share) == ("paper", share)
   args, _ = navigation_ablation.parse_args(["--hidden-city-share", "0.3", "intervention.corrector=feedback"])
   cfg = load_config("navigation", ["policy.path=x", *args.overrides])  # the command line's key=value wins
-  assert (cfg.intervention.corrector, cfg.env.hidden_city_share) == ("feedback", 0.3)
+  assert (cfg.intervention.corrector, cfg.env.navigation.hidden_city_share) == ("feedback", 0.3)
   args, _ = telecom_ablation.parse_args([])
   assert load_config("telecom", ["policy.path=x", *args.overrides]).intervention.corrector == "paper"
 

@@ -69,5 +69,5 @@ def test_options_resolve_to_the_table3_setting(verifier):
   args, unknown = hcc.parse_args(["--verifier", verifier, "--tasks", "3", "rollout.max_new_tokens=32"])
   cfg = load_config(args.config, args.overrides)
   assert not unknown and args.tasks == 3
-  assert (cfg.env.hidden_city_share, cfg.policy.path) == (0.3, "policies/navigation_hidden")
+  assert (cfg.env.navigation.hidden_city_share, cfg.policy.path) == (0.3, "policies/navigation_hidden")
   assert (cfg.intervention.verifier, cfg.intervention.corrector, cfg.rollout.max_new_tokens) == (verifier, "paper", 32)

@@ -137,7 +137,7 @@ def test_template_errors_name_the_problem():
     render("navigation_validator", history_json="[]", order="", ref="", gt="")
   with pytest.raises(FileNotFoundError, match="nope"):
     render("nope")
-  with pytest.raises(ValueError, match="domain"):
+  with pytest.raises(ValueError, match="unknown environment .chess."):
     validator_prompt(StepContext("q", (), "d", (), {}, "chess"))
   assert "DIAG" in feedback_message(ValidatorJudgement(False, (), "DIAG", "NEXT")) and FEEDBACK_MARKER in feedback_message(
     ValidatorJudgement(False))

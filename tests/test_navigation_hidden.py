@@ -219,21 +219,21 @@ def test_prompts_offer_ask_user_only_with_the_option():
 
 def test_config_key_reaches_the_task_source():
   from rti_jax.config import ConfigError, load_config
-  from rti_jax.envs.source import task_source
+  from rti_jax.envs.registry import task_source
 
-  assert load_config("navigation").env.hidden_city_share == 0.0
+  assert load_config("navigation").env.navigation.hidden_city_share == 0.0
   cfg = load_config("navigation_qwen3_8b", ["policy.path=/p"])
-  assert cfg.env.hidden_city_share == 0.3
+  assert cfg.env.navigation.hidden_city_share == 0.3
   paper = task_source(cfg)  # tools through the chat template: ask_user among them
   assert [t["function"]["name"] for t in paper.tool_schemas][-1] == "ask_user"
   assert sum(t.hidden_city for t in paper.test) == 45
-  src = task_source(load_config("navigation", ["env.hidden_city_share=0.3", "env.num_train=100", "env.num_test=20",
+  src = task_source(load_config("navigation", ["env.navigation.hidden_city_share=0.3", "env.num_train=100", "env.num_test=20",
                                                "train.val_tasks=10"]))
   assert sum(src.subsets["hidden_city"](t) for t in src.test) == 6
   assert sum(t.hidden_city for t in src.train) == 30 and src.env_factory().ask_user
   assert "hidden_city" not in task_source(load_config("navigation")).subsets
-  with pytest.raises(ConfigError, match="env.hidden_city_share"):
-    load_config("navigation", ["env.hidden_city_share=-0.1"])
+  with pytest.raises(ConfigError, match="env.navigation.hidden_city_share"):
+    load_config("navigation", ["env.navigation.hidden_city_share=-0.1"])
 
 
 # --- the rule Verifier and Validator ------------------------------------------------------------

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from rti_jax.envs import registry
 from rti_jax.intervention.judges import (
-  DOMAINS,
   StepContext,
   ValidatorJudgement,
   corrector_prompt,
@@ -23,6 +23,8 @@ from rti_jax.intervention.judges import (
   verifier_prompt,
 )
 
+#: Every registered environment (each renders its evidence through its own or the generic prompts).
+DOMAINS = tuple(registry.names())
 PAPER = Path(__file__).resolve().parents[1].parent / "shared" / "paper" / "rti-2610.13438.txt"
 MAX_SHARED_RUN = 12  # the longest run of consecutive words a prompt may share with the paper
 
@@ -43,6 +45,9 @@ PLACEHOLDERS = {
   "tau2_domain_telecom": {"user_side_tools", "agent_side_tools"},
   "tau2_domain_retail": set(),
   "tau2_domain_airline": set(),
+  "generic_validator": {"history_json", "response_text", "evidence"},
+  "generic_corrector": {"history", "tools", "original_response", "feedback_json", "evidence"},
+  "generic_verifier": {"user_prompt", "evidence", "tools", "history", "original", "corrected"},
 }
 
 
@@ -178,3 +183,32 @@ def test_paper_correction_message_holds_the_correctors_inputs(domain):
     expected |= {"USER-SIDE-SENTINEL", "AGENT-SIDE-SENTINEL"}
   assert {s for s in expected if s not in text} == set()
   assert "SEEN-SENTINEL" not in text
+
+
+@pytest.fixture
+def unprompted_env():
+  """An environment registered without prompts of its own (the generic ones render its l)."""
+  from rti_jax.envs.source import TaskSource
+
+  spec = registry.register(registry.EnvSpec("prompt_probe", source=lambda cfg: TaskSource([], [], None, str, {}, "prompt_probe")))
+  yield spec.name
+  registry.unregister(spec.name)
+
+
+def test_an_environment_without_prompts_gets_the_generic_ones_with_its_evidence(unprompted_env, paper_words):
+  ctx = StepContext("QUERY-SENTINEL", ({"role": "user", "content": "HISTORY-SENTINEL"},), "DRAFT-SENTINEL",
+                    ({"type": "function", "function": {"name": "TOOLS-SENTINEL"}},), {"answer": "EVIDENCE-SENTINEL"},
+                    unprompted_env)
+  v, c, r = validator_prompt(ctx), corrector_prompt(ctx, JUDGEMENT), verifier_prompt(ctx, "CORRECTED-SENTINEL")
+  m = paper_correction_message(ctx, JUDGEMENT)
+  for p in (v, c, r, m):
+    assert not re.search(r"\$\{?[A-Za-z_]", p), p
+    assert "EVIDENCE-SENTINEL" in p and "DRAFT-SENTINEL" in p
+    assert longest_shared_run(words(p), paper_words)[0] <= MAX_SHARED_RUN
+  assert "TOOLS-SENTINEL" in c and "CORRECTED-SENTINEL" in r and "QUERY-SENTINEL" in r
+
+
+def test_an_unknown_domain_is_an_error_naming_the_registered_ones():
+  ctx = StepContext("", (), "", (), {}, "no_such_env")
+  with pytest.raises(ValueError, match=r"unknown environment 'no_such_env'; registered: \[.*'navigation'"):
+    validator_prompt(ctx)

@@ -393,7 +393,7 @@ def test_telecom_tools_through_the_template_render_as_the_official_template_does
   """``env.tools_in_template=true``: the system message holds the policy text, the agent tools go to
   the template's ``tools=``; every prompt of a gold episode (no reasoning) is the official template's."""
   from rti_jax.config import load_config
-  from rti_jax.envs.source import task_source
+  from rti_jax.envs.registry import task_source
   from rti_jax.envs.telecom.scripted_agents import GoldAgent
 
   src = task_source(load_config("telecom", ["env.tools_in_template=true"]))

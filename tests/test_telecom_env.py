@@ -294,7 +294,7 @@ def test_arbitrary_assistant_text_never_crashes(turns):
 
 def test_tools_through_the_chat_template_leave_the_policy_text_alone():
   from rti_jax.config import load_config
-  from rti_jax.envs.source import task_source
+  from rti_jax.envs.registry import task_source
   from rti_jax.envs.telecom.env import system_prompt
 
   listed = task_source(load_config("telecom"))

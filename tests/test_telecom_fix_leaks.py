@@ -240,14 +240,15 @@ def test_readers_are_linear_on_long_reports():
 
 def test_the_fix_rule_is_a_config_switch_of_the_rule_roles():
   from rti_jax.config import ConfigError, load_config
+  from rti_jax.envs.telecom.registration import TelecomOptions
   from rti_jax.intervention import pipeline
 
-  assert load_config("telecom").intervention.fix_rule is True
-  assert load_config("telecom", ["intervention.fix_rule=false"]).intervention.fix_rule is False
-  with pytest.raises(ConfigError, match="intervention.fix_rule"):
-    load_config("navigation", ["intervention.fix_rule=false"])
+  assert load_config("telecom").env.telecom.fix_rule is True
+  assert load_config("telecom", ["env.telecom.fix_rule=false"]).env.telecom.fix_rule is False
+  with pytest.raises(ConfigError, match="env.telecom.fix_rule"):
+    load_config("navigation", ["env.telecom.fix_rule=false"])
   env = env_after("[service_issue]airplane_mode_on|unseat_sim_card[PERSONA:None]", [])
   draft = "Please take out your SIM card and put it back in."
   on = pipeline.rule_roles("telecom")[1].judge(ctx_of(env, draft), draft)
-  off = pipeline.rule_roles("telecom", fix_rule=False)[1].judge(ctx_of(env, draft), draft)
+  off = pipeline.rule_roles("telecom", TelecomOptions(fix_rule=False))[1].judge(ctx_of(env, draft), draft)
   assert "fix_without_diagnostic" in on.reasons and off.ok

@@ -1,7 +1,7 @@
 """The tiny Telecom policy's groundwork: condensed policy, checklist agent, SFT data.
 
 * the condensed policy keeps every tool name the tasks need and is what ``TelecomEnv`` and
-  ``telecom_source`` (via ``env.policy_text``) put in the system prompt;
+  ``telecom_source`` (via ``env.telecom.policy_text``) put in the system prompt;
 * the checklist agent solves every train and test task, the mistaken agent none;
 * each SFT kind trains exactly the intended assistant tokens (decoded and compared as text);
 * correction examples carry the correction prompt exactly as the intervention pipeline builds it.
@@ -81,17 +81,17 @@ def test_condensed_policy_in_env_and_source():
   assert prompt == system_prompt(CONDENSED_POLICY)
   assert prompt.startswith(CONDENSED_POLICY) and '"name":"get_customer_by_phone"' in prompt
   cfg = load_config("telecom")
-  assert cfg.env.policy_text == "condensed"
+  assert cfg.env.telecom.policy_text == "condensed"
   assert telecom_source(cfg).env_factory().reset(task)[0]["content"] == prompt
-  full = load_config("telecom", ["env.policy_text=full"])
+  full = load_config("telecom", ["env.telecom.policy_text=full"])
   assert telecom_source(full).env_factory().reset(task)[0]["content"] == system_prompt()
   assert policy_for("condensed") == CONDENSED_POLICY and policy_for("full") is None
   with pytest.raises(ValueError, match="policy_text"):
     policy_for("short")
-  with pytest.raises(ConfigError, match="env.policy_text"):
-    load_config("navigation", ["env.policy_text=condensed"])
-  with pytest.raises(ConfigError, match="env.policy_text"):
-    load_config("telecom", ["env.policy_text=tiny"])
+  with pytest.raises(ConfigError, match="env.telecom.policy_text"):
+    load_config("navigation", ["env.telecom.policy_text=condensed"])
+  with pytest.raises(ConfigError, match="env.telecom.policy_text"):
+    load_config("telecom", ["env.telecom.policy_text=tiny"])
 
 
 # --- scripted agents ---------------------------------------------------------------------------

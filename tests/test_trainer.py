@@ -203,7 +203,7 @@ def test_validation_split_is_kept_out_of_rollouts_and_monitored(toy_policy, tmp_
 
 
 def test_rl_exclude_keeps_listed_tasks_out_of_rollouts_but_not_out_of_validation(toy_policy, tmp_path):
-  """TaskSource.rl_exclude (``env.rl_exclude_listed`` on Navigation) drops train tasks from RL
+  """TaskSource.rl_exclude (``env.navigation.rl_exclude_listed``) drops train tasks from RL
   rollouts after the validation split, which it leaves alone; a filter that leaves nothing is named."""
   src = _toy_source()
   src.rl_exclude = lambda t: t % 3 == 0
@@ -221,12 +221,12 @@ def test_navigation_source_rl_exclude_listed_option():
   from rti_jax.envs.navigation.source import navigation_source
 
   assert navigation_source(load_config("navigation")).rl_exclude is None
-  src = navigation_source(load_config("navigation", ["env.rl_exclude_listed=true"]))
+  src = navigation_source(load_config("navigation", ["env.navigation.rl_exclude_listed=true"]))
   listed = [t for t in src.train if src.rl_exclude(t)]
   assert listed and all(t.needs_disambiguation for t in listed)
   assert src.subsets["listed_alternative"] is not None
   with pytest.raises(ConfigError, match="rl_exclude_listed"):
-    load_config("navigation", ["env.name=telecom", "env.rl_exclude_listed=true"])
+    load_config("navigation", ["env.name=telecom", "env.navigation.rl_exclude_listed=true"])
 
 
 def test_policy_chat_template_renders_the_rollouts_and_goes_with_the_export(toy_policy, tmp_path):

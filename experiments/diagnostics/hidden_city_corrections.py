@@ -3,7 +3,7 @@
     python experiments/run.py --exp=hidden_city_corrections                      # Verifier off
     python experiments/run.py --exp=hidden_city_corrections --verifier rules --tasks 16
 
-In the hidden-city setting (``env.hidden_city_share``, docs/navigation.md) a correction that names
+In the hidden-city setting (``env.navigation.hidden_city_share``, docs/navigation.md) a correction that names
 the trip's city X before the user has (X comes only from the evidence l) can earn reward 1 but
 cannot be learned. This runs the intervened rollouts of Algorithm 1 (the policy as Corrector,
 ``--corrector``, default the paper's) on the first ``--tasks`` hidden-city tasks of the *train*
@@ -35,7 +35,7 @@ from rti_jax.config import load_config, to_yaml
 from rti_jax.envs.tool_calls import parse_assistant_turn
 from rti_jax.intervention.prompting import CORRECTORS
 
-SETTING = ["env.hidden_city_share=0.3", "policy.path=policies/navigation_hidden"]
+SETTING = ["env.navigation.hidden_city_share=0.3", "policy.path=policies/navigation_hidden"]
 QUICK = ["rollout.max_new_tokens=48", "intervention.max_attempts=2"]
 
 
@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
   overrides, out = prepared
   cfg = load_config(args.config, [*overrides, f"train.seed={args.seeds[0]}"])
-  if cfg.env.name != "navigation" or cfg.env.hidden_city_share <= 0:
+  if cfg.env.name != "navigation" or cfg.env.navigation.hidden_city_share <= 0:
     print("hidden_city_corrections needs env.name=navigation and env.hidden_city_share > 0", file=sys.stderr)
     return 2
   (out / "config.yaml").write_text(to_yaml(cfg))

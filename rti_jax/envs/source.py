@@ -1,8 +1,7 @@
 """What the trainer needs of a benchmark: its tasks, how to make its episodes, how to report them.
 
-Each benchmark provides a function ``cfg -> TaskSource`` next to its environment
-(``rti_jax.envs.navigation.source``, ``rti_jax.envs.telecom.source``); :func:`task_source`
-picks one by ``cfg.env.name``.
+Each benchmark registers a function ``cfg -> TaskSource`` (``rti_jax.envs.registry``);
+``registry.task_source(cfg)`` calls the one of ``cfg.env.name``.
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Sequence
 
-from rti_jax.config import ExperimentConfig
 from rti_jax.envs.base import Environment
 
 
@@ -22,7 +20,7 @@ class TaskSource:
   env_factory: a new ``Environment`` per episode.
   task_id: a stable id of a task.
   subsets: named boolean selectors for reporting, e.g. ``{"disambiguation": pred}``.
-  domain: the intervention prompt/rule domain ("navigation", "telecom", ...).
+  domain: the registered environment name, which picks its rule roles and judge prompts.
   tool_schemas: schemas passed to the chat template (None when the env writes its own
     system prompt with the tools, as Navigation does).
   """
@@ -35,16 +33,10 @@ class TaskSource:
   domain: str
   tool_schemas: list[dict[str, Any]] | None = None
   rl_exclude: Callable[[Any], bool] | None = None  # train tasks kept out of RL rollouts (not out of validation)
+  # An episode succeeds when its reward reaches this (rewards may be fractional); a group none of
+  # whose rollouts succeeds is an all-fail group (Algorithm 1 line 5), and Pass@k counts successes.
+  success_threshold: float = 1.0
 
-
-def task_source(cfg: ExperimentConfig) -> TaskSource:
-  """The ``TaskSource`` of ``cfg.env.name``."""
-  if cfg.env.name == "navigation":
-    from rti_jax.envs.navigation.source import navigation_source
-
-    return navigation_source(cfg, tools_in_template=cfg.env.tools_in_template)
-  if cfg.env.name == "telecom":
-    from rti_jax.envs.telecom.source import telecom_source
-
-    return telecom_source(cfg, tools_in_template=cfg.env.tools_in_template)
-  raise ValueError(f"env.name: expected one of ['navigation', 'telecom'], got {cfg.env.name!r}")
+  def __post_init__(self) -> None:
+    if not 0.0 < self.success_threshold < float("inf"):
+      raise ValueError(f"success_threshold: expected a finite reward > 0, got {self.success_threshold}")

@@ -33,7 +33,7 @@ import numpy as np
 
 from rti_jax.envs.tool_calls import MAX_JSON_DEPTH, json_nesting_depths, loads_json, strip_reasoning
 from rti_jax.generation.base import GenerationBackend, SamplingParams
-from rti_jax.intervention.prompting import (DOMAINS, _as_str, _check_domain, corrector_prompt, feedback_message,  # noqa: F401
+from rti_jax.intervention.prompting import (_as_str, corrector_prompt, feedback_message,  # noqa: F401
                                             history_json, load_template, paper_correction_message, render,
                                             tools_json, validator_prompt, verifier_prompt)
 
@@ -53,7 +53,7 @@ class StepContext:
   draft: the policy's draft u^_k (assistant text).
   tools: the agent's tool schemas T.
   evidence: reward-side evidence l (privileged; only Validator/Corrector prompts see it).
-  domain: one of ``DOMAINS``.
+  domain: the registered environment name (``rti_jax.envs.registry``): its judge prompts.
   """
 
   user_query: str

@@ -1,7 +1,7 @@
 """Rollout-Time Intervention: Algorithm 1 lines 3-31 (Sec. 4.1-4.2).
 
 Per task: G on-policy episodes (``rollout.rollout_groups``). Only if the whole group
-failed (max reward <= 0, line 5) is an intervened rollout run (lines 9-23): at every
+failed (no reward reaches the environment's success threshold, line 5) is an intervened rollout run (lines 9-23): at every
 step k the policy drafts u^_k; the Validator judges it; if invalid, the Corrector
 writes u~_k; the Verifier checks it (unless "w/o Post-Check"); u~_k is rescored under
 the rollout prompt p_roll and kept iff ``PPL_roll(u~_k) <= delta`` (Eq. 3-4). An
@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 import jax.numpy as jnp
 import numpy as np
 
+from rti_jax.envs import registry
 from rti_jax.envs.base import Environment
 from rti_jax.generation.base import GenerationBackend
 from rti_jax.intervention.judges import (
@@ -62,8 +63,9 @@ class InterventionConfig:
     (a new seed) until one passes both checks or the attempts run out (then the draft is
     kept). Every attempt still passes the same Verifier and gate, so the accepted u~_k
     obeys the same integrity and PPL bounds; only the chance of repairing a step grows.
-  success_reward: the reward an intervened rollout must reach to enter the group.
-  domain: "navigation", "telecom", "retail" or "airline" (selects prompt templates).
+  success_reward: the environment's success threshold (``TaskSource.success_threshold``): a group
+    none of whose rollouts reaches it is all-fail, and an intervened rollout must reach it to enter.
+  domain: the registered environment (``rti_jax.envs.registry``) whose judge prompts the roles use.
   corrector: the correction message appended to p_roll (``prompting.correction_message``):
     "paper" (App. A.1's Corrector inputs, evidence l included and to be concealed) or
     "feedback" (the Validator's diagnosis and visible-only suggestion, no evidence).
@@ -82,6 +84,8 @@ class InterventionConfig:
   def __post_init__(self) -> None:
     if self.corrector not in CORRECTORS:
       raise ValueError(f"corrector: expected one of {CORRECTORS}, got {self.corrector!r}")
+    if not 0.0 < self.success_reward < float("inf"):
+      raise ValueError(f"success_reward: expected a finite reward > 0, got {self.success_reward}")
     if not (self.ppl_delta >= 0):
       raise ValueError(f"ppl_delta: expected >= 0 (inf turns the gate off), got {self.ppl_delta}")
     if self.num_intervened_rollouts < 1:
@@ -111,6 +115,7 @@ def make_roles(
   judge_max_context_tokens: int | None = None,
   corrector: str = "policy",
   domain: str = "navigation",
+  rule_options: Any = None,
 ) -> InterventionRoles:
   """Builds the MAS roles.
 
@@ -122,7 +127,8 @@ def make_roles(
     whose message ``InterventionConfig.corrector`` picks) or "llm" (the judge writes the
     App. A.1 Corrector JSON from its own prompt).
   sampling: the policy's ``SamplingParams`` for the PolicyCorrector.
-  domain: picks the rule-based roles for ``kind="rules"`` ("navigation" or "telecom").
+  domain: the registered environment whose rule-based roles ``kind="rules"`` builds.
+  rule_options: that environment's config section (``env.<domain>``; None: its defaults).
   """
   from rti_jax.intervention.judges import JudgeLLM, LLMCorrector, LLMValidator, LLMVerifier, PolicyCorrector
 
@@ -143,29 +149,22 @@ def make_roles(
     PolicyCorrector(policy, sampling, policy_formatter.end_of_turn_id) if corrector == "policy" else LLMCorrector(llm)
   )
   if kind == "rules":
-    validator, verifier = rule_roles(domain)
+    validator, verifier = rule_roles(domain, rule_options)
     return InterventionRoles(validator, corr, verifier)
   return InterventionRoles(LLMValidator(llm), corr, LLMVerifier(llm))
 
 
-def rule_roles(domain: str, *, fix_rule: bool = True) -> tuple[Validator, Verifier]:
-  """The rule-based (Validator, Verifier) of a domain: the defaults for a policy too small to judge.
-  fix_rule: Telecom's Verifier rejects a device fix no visible check has shown a need for
-  (``fix_without_diagnostic``, docs/telecom.md); False turns that one rule off."""
-  if domain == "navigation":
-    from rti_jax.intervention.rules_navigation import NavigationRuleValidator, NavigationRuleVerifier
-
-    return NavigationRuleValidator(), NavigationRuleVerifier()
-  if domain == "telecom":
-    from rti_jax.intervention.rules_telecom import TelecomRuleValidator, TelecomRuleVerifier
-
-    return TelecomRuleValidator(), TelecomRuleVerifier(check_fixes=fix_rule)
-  raise ValueError(f"domain: expected 'navigation' or 'telecom' for rule-based roles, got {domain!r}")
+def rule_roles(domain: str, options: Any = None) -> tuple[Validator, Verifier]:
+  """The rule-based (Validator, Verifier) that environment ``domain`` registers
+  (``rti_jax.envs.registry``), built with its config section ``options`` (default: the section's
+  defaults): the defaults for a policy too small to judge."""
+  return registry.rule_roles(domain, options)
 
 
-def group_all_failed(group: Sequence[Trajectory]) -> bool:
-  """Algorithm 1 line 5, negated: every rollout of the group has reward <= 0."""
-  return bool(group) and max(t.reward for t in group) <= 0.0
+def group_all_failed(group: Sequence[Trajectory], success_reward: float = 1.0) -> bool:
+  """Algorithm 1 line 5, negated: no rollout of the group succeeds (every reward is below the
+  environment's success threshold; with binary rewards, every reward is 0)."""
+  return bool(group) and max(t.reward for t in group) < success_reward
 
 
 def step_context(ep: Episode, draft: str, domain: str) -> StepContext:
@@ -401,7 +400,7 @@ def intervene_groups(
   out = [list(g) for g in groups]
   if not config.enabled:
     return out, stats
-  failed = [n for n, g in enumerate(groups) if group_all_failed(g)]
+  failed = [n for n, g in enumerate(groups) if group_all_failed(g, config.success_reward)]
   stats.groups_triggered = len(failed)
   if not failed:
     return out, stats

@@ -12,18 +12,18 @@ import string
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Sequence
 
+from rti_jax.envs import registry
+
 if TYPE_CHECKING:
   from rti_jax.intervention.judges import StepContext, ValidatorJudgement
 
 Message = dict[str, Any]
 
-DOMAINS = ("navigation", "telecom", "retail", "airline")
 
 def _as_str(value: Any) -> str:
   if value is None:
     return ""
   return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
 
 
 # --- templates -------------------------------------------------------------------------------
@@ -47,18 +47,6 @@ def render(name: str, **values: Any) -> str:
     raise KeyError(f"template {name!r}: no value for placeholder {e.args[0]!r}") from None
 
 
-def _domain_block(domain: str, role: str, evidence: dict[str, Any]) -> str:
-  if domain == "navigation":
-    return ""
-  text = load_template(f"tau2_domain_{domain}").template
-  sections = dict(re.findall(r"^### (\w+)\n(.*?)(?=^### |\Z)", text, re.DOTALL | re.MULTILINE))
-  block = sections.get(role, "").strip()
-  return string.Template(block).safe_substitute(
-    user_side_tools=json.dumps(list(evidence.get("user_side_tools", [])), ensure_ascii=False),
-    agent_side_tools=json.dumps(list(evidence.get("agent_side_tools", [])), ensure_ascii=False),
-  )
-
-
 def history_json(history: Sequence[Message]) -> str:
   """The observable history as a JSON list of ``{role, content}``."""
   return json.dumps([{"role": m.get("role"), "content": m.get("content")} for m in history], ensure_ascii=False, indent=1)
@@ -68,71 +56,133 @@ def tools_json(tools: Sequence[dict[str, Any]]) -> str:
   return json.dumps(list(tools), ensure_ascii=False)
 
 
-def _nav_reference(evidence: dict[str, Any]) -> dict[str, str]:
-  return {
-    "order": _as_str(evidence.get("order_level", evidence.get("order", ""))),
-    "ref": _as_str(evidence.get("ref", evidence.get("places", ""))),
-    "gt": _as_str(evidence.get("groundtruth", evidence.get("route", evidence.get("gt", "")))),
-  }
+def _feedback_json(judgement: ValidatorJudgement) -> str:
+  return json.dumps(
+    {"error_types": list(judgement.error_types), "diagnosis": judgement.diagnosis, "suggest_next": judgement.suggest_next},
+    ensure_ascii=False,
+  )
 
 
-def _tau2_reference(evidence: dict[str, Any]) -> dict[str, str]:
-  user_actions = evidence.get("user_actions")
-  block = ""
-  if user_actions:
-    block = "User-side actions (the agent must guide the user to perform these on their device):\n" + _as_str(user_actions)
-  return {
-    "completion_note": _as_str(evidence.get("completion_note", "every required action is done")),
-    "agent_actions": _as_str(evidence.get("agent_actions", evidence.get("actions", []))),
-    "user_actions_block": block,
-    "evaluation_criteria": _as_str(evidence.get("evaluation_criteria", evidence)),
-  }
+class JudgePrompts:
+  """How an environment's evidence l enters the LLM roles' prompts (App. A.1's inputs).
+
+  This base class is the generic form, for any tool-use environment: its templates
+  (``prompts/generic_*.txt``) show l as JSON (``evidence_text``). An environment registers a
+  subclass (``EnvSpec.prompts``) to render l in its own terms or to use its own templates.
+  """
+
+  def evidence_text(self, ctx: StepContext) -> str:
+    """The evidence l as the roles read it."""
+    return json.dumps(ctx.evidence, ensure_ascii=False, indent=1, default=str)
+
+  def validator(self, ctx: StepContext) -> str:
+    return render("generic_validator", history_json=history_json(ctx.history), response_text=ctx.draft,
+                  evidence=self.evidence_text(ctx))
+
+  def corrector(self, ctx: StepContext, judgement: ValidatorJudgement) -> str:
+    return render("generic_corrector", history=history_json(ctx.history), tools=tools_json(ctx.tools),
+                  original_response=ctx.draft, feedback_json=_feedback_json(judgement), evidence=self.evidence_text(ctx))
+
+  def verifier(self, ctx: StepContext, corrected: str) -> str:
+    return render("generic_verifier", user_prompt=ctx.user_query, tools=tools_json(ctx.tools),
+                  history=history_json(ctx.history), original=ctx.draft, corrected=corrected,
+                  evidence=self.evidence_text(ctx))
+
+  def correction_evidence(self, ctx: StepContext) -> str:
+    """l in the paper Corrector's correction message (``paper_correction_message``)."""
+    return self.evidence_text(ctx)
+
+  def policy_corrector_rule(self, ctx: StepContext) -> str:
+    """An environment's own extra rule for the policy as Corrector ("" = none)."""
+    return ""
+
+
+class ServiceAgentPrompts(JudgePrompts):
+  """The customer-service agent's prompts (tau2's domains): l as the actions the task still needs,
+  the agent's own and the user's, and the task's evaluation criteria; ``rules`` names a template
+  ``prompts/<rules>.txt`` with the domain's own rule per role (sections ``### validator``,
+  ``### corrector``, ``### policy_corrector``), None for none."""
+
+  def __init__(self, rules: str | None = None) -> None:
+    self.rules = rules
+
+  def _rule(self, role: str, evidence: dict[str, Any]) -> str:
+    if self.rules is None:
+      return ""
+    text = load_template(self.rules).template
+    sections = dict(re.findall(r"^### (\w+)\n(.*?)(?=^### |\Z)", text, re.DOTALL | re.MULTILINE))
+    block = sections.get(role, "").strip()
+    return string.Template(block).safe_substitute(
+      user_side_tools=json.dumps(list(evidence.get("user_side_tools", [])), ensure_ascii=False),
+      agent_side_tools=json.dumps(list(evidence.get("agent_side_tools", [])), ensure_ascii=False),
+    )
+
+  @staticmethod
+  def _reference(evidence: dict[str, Any]) -> dict[str, str]:
+    user_actions = evidence.get("user_actions")
+    block = ""
+    if user_actions:
+      block = "User-side actions (the agent must guide the user to perform these on their device):\n" + _as_str(user_actions)
+    return {
+      "completion_note": _as_str(evidence.get("completion_note", "every required action is done")),
+      "agent_actions": _as_str(evidence.get("agent_actions", evidence.get("actions", []))),
+      "user_actions_block": block,
+      "evaluation_criteria": _as_str(evidence.get("evaluation_criteria", evidence)),
+    }
+
+  def validator(self, ctx: StepContext) -> str:
+    return render(
+      "tau2_validator",
+      history_json=history_json(ctx.history),
+      response_text=json.dumps({"response": ctx.draft}, ensure_ascii=False),
+      domain_rule=self._rule("validator", ctx.evidence) or "(no domain-specific rule)",
+      **self._reference(ctx.evidence),
+    )
+
+  def corrector(self, ctx: StepContext, judgement: ValidatorJudgement) -> str:
+    return render("tau2_corrector", history=history_json(ctx.history), tools=tools_json(ctx.tools),
+                  original_response=ctx.draft, feedback_json=_feedback_json(judgement),
+                  evaluation_criteria=self._reference(ctx.evidence)["evaluation_criteria"],
+                  domain_rule=self._rule("corrector", ctx.evidence))
+
+  def verifier(self, ctx: StepContext, corrected: str) -> str:
+    return render("tau2_verifier", user_prompt=ctx.user_query, tools=tools_json(ctx.tools),
+                  history=history_json(ctx.history), original=ctx.draft, corrected=corrected,
+                  evaluation_criteria=self._reference(ctx.evidence)["evaluation_criteria"])
+
+  def correction_evidence(self, ctx: StepContext) -> str:
+    ev = ctx.evidence
+    return json.dumps({"goal": ev.get("completion_note", ""), "agent_actions": ev.get("agent_actions", []),
+                       "user_actions": ev.get("user_actions", []),
+                       "evaluation_criteria": ev.get("evaluation_criteria", {})}, ensure_ascii=False, indent=1, default=str)
+
+  def policy_corrector_rule(self, ctx: StepContext) -> str:
+    return self._rule("policy_corrector", ctx.evidence)
+
+
+GENERIC = JudgePrompts()
+
+
+def prompts_for(domain: str) -> JudgePrompts:
+  """The registered ``JudgePrompts`` of environment ``domain`` (the generic ones when it registers
+  none); an unknown name is a ``ValueError`` listing the registered ones."""
+  prompts = registry.prompts_for(domain)
+  return GENERIC if prompts is None else prompts
 
 
 def validator_prompt(ctx: StepContext) -> str:
-  """The Validator prompt (App. A.1) for ``ctx.domain``."""
-  if ctx.domain == "navigation":
-    return render(
-      "navigation_validator", history_json=history_json(ctx.history), response_text=ctx.draft, **_nav_reference(ctx.evidence)
-    )
-  _check_domain(ctx.domain)
-  return render(
-    "tau2_validator",
-    history_json=history_json(ctx.history),
-    response_text=json.dumps({"response": ctx.draft}, ensure_ascii=False),
-    domain_rule=_domain_block(ctx.domain, "validator", ctx.evidence) or "(no domain-specific rule)",
-    **_tau2_reference(ctx.evidence),
-  )
+  """The Validator prompt (App. A.1) of ``ctx.domain``."""
+  return prompts_for(ctx.domain).validator(ctx)
 
 
 def corrector_prompt(ctx: StepContext, judgement: ValidatorJudgement) -> str:
   """The Corrector prompt (App. A.1: history, tools, evidence, prior draft, feedback)."""
-  feedback = json.dumps(
-    {"error_types": list(judgement.error_types), "diagnosis": judgement.diagnosis, "suggest_next": judgement.suggest_next},
-    ensure_ascii=False,
-  )
-  common = dict(history=history_json(ctx.history), tools=tools_json(ctx.tools), original_response=ctx.draft, feedback_json=feedback)
-  if ctx.domain == "navigation":
-    return render("navigation_corrector", **common, **_nav_reference(ctx.evidence))
-  _check_domain(ctx.domain)
-  ref = _tau2_reference(ctx.evidence)
-  return render(
-    "tau2_corrector",
-    **common,
-    evaluation_criteria=ref["evaluation_criteria"],
-    domain_rule=_domain_block(ctx.domain, "corrector", ctx.evidence),
-  )
+  return prompts_for(ctx.domain).corrector(ctx, judgement)
 
 
 def verifier_prompt(ctx: StepContext, corrected: str) -> str:
   """The Verifier prompt (App. A.1: visible info, prior draft, calibrated reply)."""
-  common = dict(
-    user_prompt=ctx.user_query, tools=tools_json(ctx.tools), history=history_json(ctx.history), original=ctx.draft, corrected=corrected
-  )
-  if ctx.domain == "navigation":
-    return render("navigation_verifier", **common)
-  _check_domain(ctx.domain)
-  return render("tau2_verifier", **common, evaluation_criteria=_tau2_reference(ctx.evidence)["evaluation_criteria"])
+  return prompts_for(ctx.domain).verifier(ctx, corrected)
 
 
 def feedback_message(judgement: ValidatorJudgement) -> str:
@@ -140,22 +190,6 @@ def feedback_message(judgement: ValidatorJudgement) -> str:
   suggestion (``ValidatorJudgement.feedback_suggestion``), no evidence."""
   return render("correction_feedback", diagnosis=judgement.diagnosis or "-",
                 suggest_next=judgement.feedback_suggestion or "-")
-
-
-def _correction_evidence(ctx: StepContext) -> str:
-  """The reward-side evidence l as the paper's Corrector reads it (App. A.1): Navigation's
-  reference stops, order level and reference call; tau2's required actions and criteria."""
-  ev = ctx.evidence
-  if ctx.domain == "navigation":
-    notes = {"stops": ev.get("ref", ev.get("places", [])), "order_level": ev.get("order_level", ev.get("order", "")),
-             "route": ev.get("groundtruth", ev.get("route", ev.get("gt", "")))}
-    if "order_rule" in ev:
-      notes["order_rule"] = ev["order_rule"]
-    return json.dumps(notes, ensure_ascii=False, indent=1, default=str)
-  _check_domain(ctx.domain)
-  return json.dumps({"goal": ev.get("completion_note", ""), "agent_actions": ev.get("agent_actions", []),
-                     "user_actions": ev.get("user_actions", []),
-                     "evaluation_criteria": ev.get("evaluation_criteria", {})}, ensure_ascii=False, indent=1, default=str)
 
 
 def paper_correction_message(ctx: StepContext, judgement: ValidatorJudgement) -> str:
@@ -166,13 +200,14 @@ def paper_correction_message(ctx: StepContext, judgement: ValidatorJudgement) ->
   so the correction prompt p_cal holds the observable history and the tool schemas as the policy
   sees them in p_roll, and the policy answers in its own turn format (Eq. 5 scores u~_k there).
   """
+  prompts = prompts_for(ctx.domain)
   return render(
     "paper_correction",
     draft=ctx.draft or "-",
     diagnosis=judgement.diagnosis or "-",
     suggest_next=judgement.suggest_next or "-",
-    evidence=_correction_evidence(ctx),
-    domain_rule=_domain_block(ctx.domain, "policy_corrector", ctx.evidence),
+    evidence=prompts.correction_evidence(ctx),
+    domain_rule=prompts.policy_corrector_rule(ctx),
   )
 
 
@@ -188,8 +223,3 @@ def correction_message(kind: str, ctx: StepContext, judgement: ValidatorJudgemen
   if kind == "paper":
     return paper_correction_message(ctx, judgement)
   raise ValueError(f"corrector: expected one of {CORRECTORS}, got {kind!r}")
-
-
-def _check_domain(domain: str) -> None:
-  if domain not in DOMAINS:
-    raise ValueError(f"domain: expected one of {DOMAINS}, got {domain!r}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rti_jax.config import ExperimentConfig
+from rti_jax.envs.registry import options_of
 from rti_jax.envs.source import TaskSource
 from rti_jax.envs.telecom.env import MAX_TURNS, TelecomEnv
 from rti_jax.envs.telecom.tasks import ISSUE_TYPES, TelecomTask, load_split, rl_train_split
@@ -29,7 +29,7 @@ def telecom_subsets() -> dict[str, Any]:
 
 
 def policy_for(policy_text: str) -> str | None:
-  """The policy text for ``env.policy_text``: None (the env's full text) for "full", the
+  """The policy text for ``env.telecom.policy_text``: None (the env's full text) for "full", the
   condensed policy for "condensed"."""
   if policy_text == "full":
     return None
@@ -37,17 +37,17 @@ def policy_for(policy_text: str) -> str | None:
     from rti_jax.envs.telecom.condensed import CONDENSED_POLICY
 
     return CONDENSED_POLICY
-  raise ValueError(f"env.policy_text: expected 'full' or 'condensed', got {policy_text!r}")
+  raise ValueError(f"env.telecom.policy_text: expected 'full' or 'condensed', got {policy_text!r}")
 
 
-def telecom_source(cfg: ExperimentConfig, policy: str | None = None, tools_in_template: bool = False) -> TaskSource:
+def telecom_source(cfg: Any, policy: str | None = None, tools_in_template: bool = False) -> TaskSource:
   """The offline tau2-Telecom benchmark as a ``TaskSource``.
 
   cfg: reads ``cfg.env.max_turns`` (1..30; the paper's protocol allows 30 assistant
-    turns), ``cfg.env.seed`` (the scripted user's phrasing seed) and ``cfg.env.policy_text``
+    turns), ``cfg.env.seed`` (the scripted user's phrasing seed) and ``cfg.env.telecom.policy_text``
     ("full" or "condensed", used when ``policy`` is None).
   policy: replaces the policy text of the system prompt (e.g. a condensed policy for a
-    tiny model); None: ``cfg.env.policy_text`` decides ("full": the policy and tech-support
+    tiny model); None: ``cfg.env.telecom.policy_text`` decides ("full": the policy and tech-support
     manual; "condensed": ``condensed.CONDENSED_POLICY``).
   tools_in_template: the system message holds the policy text only and the agent tools reach the
     model through the chat template's ``tools=``; default False: the system message lists them.
@@ -58,7 +58,7 @@ def telecom_source(cfg: ExperimentConfig, policy: str | None = None, tools_in_te
   if policy is not None and not (isinstance(policy, str) and policy.strip()):
     raise ValueError(f"policy: expected a non-empty string or None, got {policy!r}")
   if policy is None:
-    policy = policy_for(cfg.env.policy_text)
+    policy = policy_for(options_of(cfg).policy_text)
   seed = int(cfg.env.seed)
   train: list[TelecomTask] = rl_train_split()  # issue types spread, so the validation tail holds each
   test: list[TelecomTask] = load_split("test")
