@@ -30,6 +30,7 @@ if str(ROOT) not in sys.path:  # run as a script, the repository root is not on 
 
 #: --exp name -> (module, one-line description)
 EXPERIMENTS: dict[str, tuple[str, str]] = {
+    "compare": ("experiments.compare", "GRPO vs RTI (and --methods) on any registered environment (--env NAME)"),
     "navigation": ("experiments.navigation", "GRPO vs RTI on Navigation from the tiny base policy (the main job)"),
     "navigation_ablation": ("experiments.navigation_ablation", "RTI ablations (Table 3)"),
     "navigation_baselines": ("experiments.navigation_baselines", "baselines (Table 1)"),

@@ -96,19 +96,6 @@ def summary_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
   return cols, rows
 
 
-def val_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
-  """The last periodic evaluation of each trained method (the validation split), mean over seeds."""
-  cols = ["method", "p@1", "avg p@k", "tasks"]
-  rows = []
-  for method in results["methods"][1:]:
-    evs = [r[f"{method}_records"][-1]["eval"] for r in results["runs"].values()
-           if r.get(f"{method}_records") and "eval" in r[f"{method}_records"][-1]]
-    if evs:
-      rows.append([method, 100 * float(np.mean([e["all"]["p@1"] for e in evs])),
-                   100 * float(np.mean([e["all"]["avg p@k"] for e in evs])), evs[0]["num_tasks"]])
-  return cols, rows
-
-
 def main(argv: Sequence[str] | None = None) -> int:
   args, unknown = parse_args(argv)
   if args.policy is not None:
@@ -131,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   cols, rows = summary_rows(results)
   n_test = next(iter(results["runs"].values()))["base"]["num_tasks"]
   table = reporting.print_table(f"Telecom, test split ({n_test} tasks, {len(args.seeds)} seed(s), %)", cols, rows)
-  experiment.report(results, out, table, cols, rows, val_rows(results), "Last periodic evaluation (validation split; %)")
+  experiment.report(results, out, table, cols, rows, experiment.val_rows(results), "Last periodic evaluation (validation split; %)")
   return 0
 
 

@@ -278,6 +278,20 @@ def plot(results: dict[str, Any], out: pathlib.Path) -> list[str]:
   return written
 
 
+def val_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+  """The last periodic evaluation of each trained method (the validation split when
+  ``train.val_tasks`` > 0), mean over seeds: p@1, avg p@k and the task count."""
+  cols = ["method", "p@1", "avg p@k", "tasks"]
+  rows = []
+  for method in results["methods"][1:]:
+    evs = [r[f"{method}_records"][-1]["eval"] for r in results["runs"].values()
+           if r.get(f"{method}_records") and "eval" in r[f"{method}_records"][-1]]
+    if evs:
+      rows.append([method, 100 * float(np.mean([e["all"]["p@1"] for e in evs])),
+                   100 * float(np.mean([e["all"]["avg p@k"] for e in evs])), evs[0]["num_tasks"]])
+  return cols, rows
+
+
 def report(results: dict[str, Any], out: pathlib.Path, table: str, cols: Sequence[str], rows: Sequence[Any],
            val: tuple[list[str], list[list[Any]]], val_title: str) -> None:
   """After the main table (already printed): the per-seed and validation tables, results.json,
