@@ -78,3 +78,14 @@ class Environment(abc.ABC):
     Navigation returns the ground-truth route; tau2 returns the task's assertions.
     """
     return {}
+
+
+def run_episode(env: Environment, agent: Any, task: Any) -> Transcript:
+  """Plays one episode of ``agent`` (``act(messages) -> str``, the messages so far) on ``task``;
+  returns the finished transcript."""
+  messages = env.reset(task)
+  while True:
+    result = env.step(agent.act(messages))
+    messages = env.transcript.messages
+    if result.done:
+      return env.transcript

@@ -46,6 +46,9 @@ class EnvSpec:
   demonstrator: ``check_line -> (task -> agent with act(messages) -> str)``, LUFFY's off-policy
     demonstrations (``check_line``: the policy writes the check line). None: LUFFY is refused.
   sft_data: ``(options, tasks, **kwargs) -> examples``, scripted SFT trajectories for a tiny policy.
+  gold_agent: ``task -> agent`` (``act(messages) -> str``) that solves the task as its reference
+    solution does: ``python -m rti_jax.envs stats`` replays it on every split.
+  user_side: who plays the user, for listings ("none", "scripted", "scripted or LLM", ...).
   description: one line for listings.
   """
 
@@ -56,6 +59,8 @@ class EnvSpec:
   prompts: Any = None
   demonstrator: Callable[[bool], Callable[[Any], Any]] | None = None
   sft_data: Callable[..., Any] | None = None
+  gold_agent: Callable[[Any], Any] | None = None
+  user_side: str = "none"
   description: str = ""
 
   def __post_init__(self) -> None:

@@ -56,5 +56,7 @@ SPEC = register(EnvSpec(
     rule_roles=_rule_roles,
     prompts=NavigationPrompts(),
     demonstrator=_demonstrator,
+    gold_agent=lambda task: _demonstrator(False)(task),
+    user_side="none (single request)",
     description="offline route planning with POI search (App. C.2.1)",
 ))

@@ -39,11 +39,19 @@ def _rule_roles(options: TelecomOptions) -> tuple[Any, Any]:
   return TelecomRuleValidator(), TelecomRuleVerifier(check_fixes=options.fix_rule)
 
 
+def _gold_agent(task: Any) -> Any:
+  from rti_jax.envs.telecom.scripted_agents import GoldAgent
+
+  return GoldAgent(task)
+
+
 SPEC = register(EnvSpec(
     name="telecom",
     source=_source,
     options=TelecomOptions,
     rule_roles=_rule_roles,
     prompts=ServiceAgentPrompts("tau2_domain_telecom"),
+    gold_agent=_gold_agent,
+    user_side="scripted",
     description="tau2-Telecom, this project's offline port with a scripted user",
 ))
