@@ -170,7 +170,7 @@ def test_compare_experiment_reports_the_environments_own_subsets(calculator, toy
 def test_stats_command_replays_the_gold_agent_per_split(capsys):
   from rti_jax.envs.__main__ import compute_stats, main
 
-  stats = compute_stats("navigation", ["env.num_train=30", "env.num_test=10"])
+  stats = compute_stats("navigation", ["env.num_train=30", "env.num_test=10", "train.val_tasks=0"])
   assert {k: (s["tasks"], s["gold pass"]) for k, s in stats["splits"].items()} == {"train": (30, 1.0), "test": (10, 1.0)}
   assert main(["list"]) == 0 and "telecom" in capsys.readouterr().out
   assert main(["stats", "--env", "chess"]) == 2 and "unknown environment 'chess'" in capsys.readouterr().err
