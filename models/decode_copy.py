@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 
-from rti_jax.sharding import DECODE_AXIS_RULES, MESH_AXES, param_shardings
+from models.axes import DECODE_AXIS_RULES, MESH_AXES, param_shardings
 
 
 def state_mesh(state: Any) -> Mesh | None:

@@ -22,7 +22,7 @@ from flax import nnx
 from models.config import QwenConfig
 from models.vocab_logprobs import hidden_token_logprobs
 from models.weight_table import axis_units, expand_table
-from rti_jax.sharding import LOGICAL_AXES_KEY, LOGICAL_UNITS_KEY, constrain
+from models.axes import LOGICAL_AXES_KEY, LOGICAL_UNITS_KEY, constrain
 
 _MASK_VALUE = -1e30  # finite, so a fully masked (padding) query row stays NaN-free
 # Uncached (training / scoring) passes split the queries into at most this many causal blocks of at

@@ -32,8 +32,8 @@ from models.qwen import LayerCache, Qwen, causal_padding_mask, positions_from_ma
 from models.scoring import check_ids as _check_ids
 from models.scoring import pack_rows
 from models.scoring import score_jit as _score_jit
-from rti_jax.sharding import DECODE_AXIS_RULES, activation_sharding
-from rti_jax.shapes import bucket_length, bucket_rows
+from models.axes import DECODE_AXIS_RULES, activation_sharding
+from models.shapes import bucket_length, bucket_rows
 
 _MIN_CACHED_ROWS = 8  # the prefix-cache path pads a call to at least this many rows (a power of two) ...
 _MIN_CACHED_REST = 128  # ... and the ids after the stored prefixes to a power of two of at least this

@@ -24,9 +24,9 @@ import numpy as np
 from flax import nnx
 
 from models.qwen import Qwen
-from rti_jax.objectives.core import token_logprobs
-from rti_jax.shapes import bucket_length, bucket_rows
-from rti_jax.sharding import DECODE_AXIS_RULES, activation_sharding
+from models.axes import DECODE_AXIS_RULES, activation_sharding
+from models.shapes import bucket_length, bucket_rows
+from models.vocab_logprobs import token_logprobs
 
 SCORE_CHUNK = 512  # positions whose [B, chunk, V] logits are materialised at once
 

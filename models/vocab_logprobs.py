@@ -15,7 +15,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from rti_jax.sharding import constrain
+from models.axes import constrain
+
+
+def token_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:
+  """``log_softmax(logits)[b, t, targets[b, t]]`` [B, T] float32 from logits [B, T, V] and integer
+  targets [B, T], as ``logits[target] - logsumexp(logits)`` (no [B, T, V] log_softmax). Unchecked:
+  ``rti_jax.objectives.token_logprobs`` checks its inputs and calls this."""
+  picked = jnp.take_along_axis(logits, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
+  return picked - jax.nn.logsumexp(logits, axis=-1)
 
 
 def num_vocab_chunks(vocab_size: int, chunk: int) -> int:

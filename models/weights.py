@@ -33,7 +33,7 @@ from models.config import QwenConfig
 from models.qwen import Qwen
 from models.weight_table import (WEIGHT_TABLE, Axes, TableEntry, WeightSpec, axis_units,  # noqa: F401 (re-exported)
                                   expand_table)
-from rti_jax.sharding import LOGICAL_AXIS_RULES, Rules, logical_to_spec
+from models.axes import LOGICAL_AXIS_RULES, Rules, logical_to_spec
 
 #: HF tensors that may appear in a checkpoint and carry no parameters we need.
 _IGNORED_HF_SUFFIXES: tuple[str, ...] = ("rotary_emb.inv_freq",)

@@ -1,8 +1,8 @@
 """Device mesh, the logical->physical sharding table, and the jitted, mesh-sharded train step.
 
 The mesh has three axes, ``data`` (pure data parallel), ``fsdp`` (data parallel with sharded
-parameters and optimizer state) and ``tensor`` (tensor parallel). ``LOGICAL_AXIS_RULES`` is
-the only place these physical names appear: models name their parameter axes logically
+parameters and optimizer state) and ``tensor`` (tensor parallel). ``LOGICAL_AXIS_RULES``
+(``models/axes.py``, re-exported here) is the only place these physical names appear: models name their parameter axes logically
 (``"vocab"``, ``"embed"``, ``"mlp"``, ...), via the variable metadata key ``logical_axes``::
 
   nnx.Linear(d, v, kernel_init=nnx.with_metadata(init, logical_axes=("embed", "vocab")), ...)
@@ -28,11 +28,8 @@ and an optax update.
 from __future__ import annotations
 
 import collections
-import contextlib
-import contextvars
 import dataclasses
-import math
-from typing import Any, Callable, Hashable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -40,47 +37,14 @@ import optax
 from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+# The logical-axis table and its helpers live beside the model that names the axes (models/axes.py);
+# re-exported here, where the trainer's mesh and step use them.
+from models.axes import (  # noqa: F401
+    DECODE_AXIS_RULES, LOGICAL_AXES_KEY, LOGICAL_AXIS_RULES, LOGICAL_UNITS_KEY, MESH_AXES, Rules, _axes_size,
+    _entry_axes, _fallback_spec, _is_var, activation_sharding, constrain, logical_to_spec, param_shardings,
+)
 from rti_jax.objectives import LossConfig, RTIBatch, next_token_logprobs
-
-MESH_AXES: tuple[str, str, str] = ("data", "fsdp", "tensor")
-
-LOGICAL_AXIS_RULES: Mapping[str, tuple[str, ...] | None] = {
-    # activations
-    "batch": ("data", "fsdp"),
-    "seq": None,
-    "act_embed": None,
-    "act_heads": ("tensor",),
-    "act_kv_heads": ("tensor",),
-    "act_mlp": ("tensor",),
-    "act_vocab": ("tensor",),
-    # parameters
-    "vocab": ("tensor",),
-    "embed": ("fsdp",),
-    "mlp": ("tensor",),
-    "heads": ("tensor",),
-    "kv_heads": ("tensor",),
-    "experts": ("tensor",),
-    "head_dim": None,
-    "norm": None,
-    "layers": None,
-    # parameters without ``logical_axes`` metadata: largest divisible dimension
-    "fallback": ("fsdp",),
-}
-"""Logical axis name -> tuple of mesh axes (or None = replicated). The single sharding table."""
-
-Rules = Mapping[str, "tuple[str, ...] | None"]
-"""The type of a sharding table."""
-
-DECODE_AXIS_RULES: Rules = {**LOGICAL_AXIS_RULES, "embed": None}
-"""The sampler's table: as the trainer's, but parameters are not split over ``embed`` (each decode
-step would otherwise gather every weight); the batch still splits as ``"batch"`` says."""
-
-LOGICAL_AXES_KEY = "logical_axes"
-"""Variable metadata key holding a parameter's logical axis names (one per dimension)."""
-
-LOGICAL_UNITS_KEY = "logical_units"
-"""Optional variable metadata key: per dimension, the size of the blocks it may be split into (a
-fused ``heads * head_dim`` dimension is split only between heads: unit ``head_dim``)."""
+from rti_jax.step_fns import MemoryModel, StepOutput, TrainState, jit_step_functions  # noqa: F401 (types re-exported)
 
 
 def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1, *,
@@ -99,139 +63,6 @@ def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1, *,
                      f"{data}*{fsdp}*{tensor}={data * fsdp * tensor}")
   return jax.make_mesh((data, fsdp, tensor), MESH_AXES, axis_types=(AxisType.Auto,) * 3,
                        devices=devs)
-
-
-def _entry_axes(entry: Any) -> tuple[str, ...]:
-  """Mesh axes of one PartitionSpec entry (None, a name, or a tuple of names)."""
-  if entry is None:
-    return ()
-  return (entry,) if isinstance(entry, str) else tuple(entry)
-
-
-def _axes_size(mesh: Mesh, axes: Any) -> int:
-  return math.prod(mesh.shape[a] for a in _entry_axes(axes))
-
-
-def logical_to_spec(logical_axes: Sequence[str | None], *, mesh: Mesh | None = None,
-                    shape: Sequence[int] | None = None,
-                    rules: Mapping[str, tuple[str, ...] | None] = LOGICAL_AXIS_RULES,
-                    fallbacks: list[str] | None = None, name: str = "array",
-                    units: Sequence[int] | None = None) -> PartitionSpec:
-  """PartitionSpec for an array whose dimensions carry ``logical_axes`` (None = replicated).
-
-  With ``mesh`` and ``shape``, a dimension whose size is not divisible by its mesh axes (times
-  its entry of ``units``, default 1: the blocks it may be split into), or whose mesh axes are
-  already used by an earlier dimension, is replicated and a note is appended to ``fallbacks``.
-  Unknown logical names raise ValueError.
-  """
-  if shape is not None and len(logical_axes) != len(shape):
-    raise ValueError(f"{name}: expected {len(shape)} logical axes (one per dimension of shape "
-                     f"{tuple(shape)}), got {tuple(logical_axes)}")
-  used: set[str] = set()
-  spec: list[tuple[str, ...] | None] = []
-  for i, logical in enumerate(logical_axes):
-    if logical is None:
-      spec.append(None)
-      continue
-    if logical not in rules:
-      raise ValueError(f"{name}: logical axis {logical!r} is not in the sharding rules {sorted(rules)}")
-    axes = rules[logical]
-    if not axes:
-      spec.append(None)
-      continue
-    axes = tuple(axes)
-    if mesh is not None:
-      problem = None
-      if used & set(axes):
-        problem = f"mesh axes {axes} already used"
-      elif shape is not None and shape[i] % (_axes_size(mesh, axes) * (units[i] if units else 1)) != 0:
-        problem = f"size {shape[i]} not divisible by {axes}={_axes_size(mesh, axes)}"
-        problem += f" blocks of {units[i]}" if units and units[i] > 1 else ""
-      if problem:
-        if fallbacks is not None:
-          fallbacks.append(f"{name} dim {i} ({logical}): {problem}; replicated")
-        spec.append(None)
-        continue
-      axes = tuple(a for a in axes if mesh.shape[a] > 1) or None
-    if axes:
-      used |= set(axes)
-    spec.append(axes)
-  return PartitionSpec(*spec)
-
-
-_ACTIVATION_MESH: contextvars.ContextVar[tuple[Mesh, Rules] | None] = contextvars.ContextVar(
-    "activation_mesh", default=None)
-
-
-@contextlib.contextmanager
-def activation_sharding(mesh: Mesh | None, rules: Rules = LOGICAL_AXIS_RULES) -> Iterator[None]:
-  """While active, :func:`constrain` pins activations to ``mesh`` through ``rules``.
-
-  Enter it inside the function being traced (the train step and the sampler do), so each jitted
-  program's constraints follow the mesh it was built for. ``mesh`` None or of one device: no
-  constraints at all (the single-device program is unchanged).
-  """
-  token = _ACTIVATION_MESH.set(None if mesh is None or mesh.size == 1 else (mesh, rules))
-  try:
-    yield
-  finally:
-    _ACTIVATION_MESH.reset(token)
-
-
-def constrain(x: jax.Array, logical_axes: Sequence[str | None]) -> jax.Array:
-  """``x`` with a sharding constraint from its dimensions' logical names (one per dimension) under
-  the active :func:`activation_sharding`; ``x`` unchanged outside one. A dimension its mesh axes do
-  not divide (a batch of one row while decoding) is left unconstrained (replicated)."""
-  active = _ACTIVATION_MESH.get()
-  if active is None:
-    return x
-  mesh, rules = active
-  spec = logical_to_spec(tuple(logical_axes), mesh=mesh, shape=x.shape, rules=rules, name="activation")
-  return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
-
-
-def _fallback_spec(shape: tuple[int, ...], mesh: Mesh,
-                   rules: Mapping[str, tuple[str, ...] | None]) -> PartitionSpec:
-  """Shards the largest dimension divisible by the ``fallback`` axes; replicated otherwise."""
-  axes = tuple(rules.get("fallback") or ())
-  size = _axes_size(mesh, axes) if axes else 1
-  if size <= 1 or not shape:
-    return PartitionSpec()
-  for i in sorted(range(len(shape)), key=lambda j: -shape[j]):
-    if shape[i] % size == 0:
-      spec: list[Any] = [None] * len(shape)
-      spec[i] = axes
-      return PartitionSpec(*spec)
-  return PartitionSpec()
-
-
-def _is_var(x: Any) -> bool:
-  return isinstance(x, nnx.Variable)
-
-
-def param_shardings(params: Any, mesh: Mesh, *,
-                    rules: Mapping[str, tuple[str, ...] | None] = LOGICAL_AXIS_RULES,
-                    fallbacks: list[str] | None = None) -> Any:
-  """NamedSharding for every parameter of an ``nnx.State`` (same tree structure as ``params``).
-
-  Uses each variable's ``logical_axes`` metadata through ``rules``; variables without it use
-  the ``"fallback"`` rule.
-  """
-
-  def one(path: tuple, var: Any) -> Any:
-    name = jax.tree_util.keystr(path)
-    if not _is_var(var):
-      return NamedSharding(mesh, PartitionSpec())
-    shape = tuple(np.shape(var.get_value()))
-    logical = var.get_metadata().get(LOGICAL_AXES_KEY)
-    if logical is None:
-      spec = _fallback_spec(shape, mesh, rules)
-    else:
-      spec = logical_to_spec(tuple(logical), mesh=mesh, shape=shape, rules=rules,
-                             fallbacks=fallbacks, name=name, units=var.get_metadata().get(LOGICAL_UNITS_KEY))
-    return var.replace(NamedSharding(mesh, spec))
-
-  return jax.tree_util.tree_map_with_path(one, params, is_leaf=_is_var)
 
 
 def _opt_state_shardings(opt_state_shape: Any, params: Any, params_shardings: Any, mesh: Mesh) -> Any:
@@ -258,25 +89,6 @@ def batch_sharding(mesh: Mesh, *,
                    rules: Mapping[str, tuple[str, ...] | None] = LOGICAL_AXIS_RULES) -> NamedSharding:
   """Sharding of every batch array: leading (batch) dimension over the ``"batch"`` rule's axes."""
   return NamedSharding(mesh, logical_to_spec(("batch",), mesh=mesh, rules=rules))
-
-
-class StepOutput(NamedTuple):
-  """loss: float32 scalar; grads: like params (before the optax update); metrics: dict of scalars."""
-
-  loss: jax.Array
-  grads: Any
-  metrics: dict
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class TrainState:
-  """params: ``nnx.State`` of the model's ``nnx.Param`` variables; rest: its other state
-  (read-only in the step); opt_state: the optax state."""
-
-  params: Any
-  rest: Any
-  opt_state: Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -373,7 +185,6 @@ def make_train_step(model: nnx.Module, tx: optax.GradientTransformation, mesh: M
     raise ValueError(f"loss_cfg: expected a LossConfig, got {type(loss_cfg).__name__}")
   if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
     raise ValueError(f"micro_batches: expected a positive int, got {micro_batches!r}")
-  from rti_jax.step_fns import MemoryModel, jit_step_functions  # the step's body; it imports this module
   memory = MemoryModel.of(model, logp_fn, remat=remat, vocab_chunk=vocab_chunk, tokens_per_device=tokens_per_device,
                           micro_batches=micro_batches, scan_layers=scan_layers)
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,8 +21,27 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
+from models.axes import LOGICAL_AXIS_RULES, Rules, _axes_size, activation_sharding
 from rti_jax.objectives import LossConfig, RTIBatch, get_loss, next_token_logprobs
-from rti_jax.sharding import LOGICAL_AXIS_RULES, Rules, StepOutput, TrainState, _axes_size, activation_sharding
+
+
+class StepOutput(NamedTuple):
+  """loss: float32 scalar; grads: like params (before the optax update); metrics: dict of scalars."""
+
+  loss: jax.Array
+  grads: Any
+  metrics: dict
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class TrainState:
+  """params: ``nnx.State`` of the model's ``nnx.Param`` variables; rest: its other state
+  (read-only in the step); opt_state: the optax state."""
+
+  params: Any
+  rest: Any
+  opt_state: Any
 
 
 @dataclasses.dataclass(frozen=True)

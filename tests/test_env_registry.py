@@ -174,3 +174,28 @@ def test_stats_command_replays_the_gold_agent_per_split(capsys):
   assert {k: (s["tasks"], s["gold pass"]) for k, s in stats["splits"].items()} == {"train": (30, 1.0), "test": (10, 1.0)}
   assert main(["list"]) == 0 and "telecom" in capsys.readouterr().out
   assert main(["stats", "--env", "chess"]) == 2 and "unknown environment 'chess'" in capsys.readouterr().err
+
+
+def _imported_modules(path):
+  import ast
+
+  tree = ast.parse(path.read_text())
+  out = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      out |= {a.name for a in node.names}
+    elif isinstance(node, ast.ImportFrom) and node.module:
+      out.add(node.module)
+  return out
+
+
+def test_models_import_nothing_from_the_library_and_the_registry_only_the_env_interface():
+  import pathlib
+
+  root = pathlib.Path(__file__).resolve().parents[1]
+  for path in sorted((root / "models").rglob("*.py")):
+    assert not {m for m in _imported_modules(path) if m.split(".")[0] == "rti_jax"}, path
+  registry_imports = {m for m in _imported_modules(root / "rti_jax/envs/registry.py") if m.startswith("rti_jax")}
+  # the package (scanned for registration modules) and the TaskSource, which imports only the Environment interface
+  assert registry_imports == {"rti_jax.envs", "rti_jax.envs.source"}
+  assert {m for m in _imported_modules(root / "rti_jax/envs/source.py") if m.startswith("rti_jax")} == {"rti_jax.envs.base"}

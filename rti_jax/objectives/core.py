@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from models import vocab_logprobs
 from rti_jax.objectives import _checks as C
 
 LOG_RATIO_CLAMP = 20.0
@@ -50,8 +51,7 @@ def token_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:
     raise ValueError(f"targets: expected an integer dtype, got {targets.dtype}")
   if tuple(targets.shape) != tuple(logits.shape[:2]):
     raise ValueError(f"targets: expected shape {tuple(logits.shape[:2])} (logits' [B, T]), got {tuple(targets.shape)}")
-  picked = jnp.take_along_axis(logits, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
-  return picked - jax.nn.logsumexp(logits, axis=-1)
+  return vocab_logprobs.token_logprobs(logits, targets)
 
 
 def next_token_logprobs(logits: jax.Array, input_ids: jax.Array) -> jax.Array:
