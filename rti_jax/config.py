@@ -338,14 +338,18 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     raise ConfigError(f"rollout.group_size: GRPO needs at least 2 samples per group, got {cfg.rollout.group_size}")
   if not cfg.loss.logp_temperature > 0:
     raise ConfigError(f"loss.logp_temperature: expected > 0, got {cfg.loss.logp_temperature}")
+  sampling_params(cfg)  # the sampling keys' own ranges first, so a bad one is named before any cross-check
   t, r = cfg.loss.logp_temperature, cfg.rollout
   if t != 1.0 and cfg.loss.behaviour_logp == "rollout":
-    if t != r.temperature or r.top_k != 0 or r.top_p != 1.0 or r.backend != "jax":
+    # The behaviour log-probs are recorded while sampling: the sampled distribution must be the ratio's.
+    clash = next((k for k, ok in (("rollout.temperature", r.temperature == t), ("rollout.top_k", r.top_k == 0),
+                                  ("rollout.top_p", r.top_p == 1.0), ("rollout.backend", r.backend == "jax")) if not ok),
+                 None)
+    if clash is not None:
       raise ConfigError(
-          f"loss.logp_temperature={t}: with loss.behaviour_logp=rollout the behaviour log-probs are recorded while "
-          f"sampling, so it must be 1 or the rollout temperature, with top-k and top-p off and the in-process "
-          f"sampler (got rollout.temperature={r.temperature}, top_k={r.top_k}, top_p={r.top_p}, "
-          f"backend={r.backend}); or set loss.behaviour_logp=recompute")
+          f"{clash}: got {_get(cfg, clash)!r}, but loss.logp_temperature={t} with loss.behaviour_logp=rollout takes "
+          f"the behaviour log-probs from the sampler, which needs rollout.temperature={t}, top-k and top-p off and "
+          f"the in-process sampler; or set loss.behaviour_logp=recompute (or loss.logp_temperature=1)")
   if cfg.loss.logp_temperature != 1.0 and cfg.loss.intervened_old_logp == "cal":
     raise ConfigError("loss.intervened_old_logp=cal: pi_cal is scored at temperature 1; use roll with "
                       f"loss.logp_temperature={cfg.loss.logp_temperature}")
@@ -369,14 +373,16 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
   if not cfg.rollout.max_context > cfg.rollout.max_new_tokens:
     raise ConfigError(f"rollout.max_context: expected more than one turn (rollout.max_new_tokens="
                       f"{cfg.rollout.max_new_tokens}) plus a prompt, got {cfg.rollout.max_context}")
-  for key in ("mesh.data", "mesh.fsdp", "mesh.tensor"):
+  axes = ("mesh.data", "mesh.fsdp", "mesh.tensor")
+  for key in axes:
     if _get(cfg, key) == 0 or _get(cfg, key) < -1:
       raise ConfigError(f"{key}: expected a positive size or -1, got {_get(cfg, key)}")
-  if sum(_get(cfg, k) == -1 for k in ("mesh.data", "mesh.fsdp", "mesh.tensor")) > 1:
-    raise ConfigError("mesh: at most one axis may be -1")
-  if cfg.mesh.num_processes < 0 or cfg.mesh.process_id < -1 or cfg.mesh.rollout_slices < 0:
-    raise ConfigError(f"mesh.num_processes >= 0, mesh.process_id >= -1 and mesh.rollout_slices >= 0 expected, got "
-                      f"{cfg.mesh.num_processes}, {cfg.mesh.process_id}, {cfg.mesh.rollout_slices}")
+  free = [k for k in axes if _get(cfg, k) == -1]
+  if len(free) > 1:
+    raise ConfigError(f"{free[-1]}: at most one mesh axis may be -1 (the remaining devices), got -1 for {free}")
+  for key, low in (("mesh.num_processes", 0), ("mesh.process_id", -1), ("mesh.rollout_slices", 0)):
+    if _get(cfg, key) < low:
+      raise ConfigError(f"{key}: expected an integer >= {low}, got {_get(cfg, key)}")
   if cfg.mesh.num_processes and cfg.mesh.process_id >= cfg.mesh.num_processes:
     raise ConfigError(f"mesh.process_id: expected < mesh.num_processes={cfg.mesh.num_processes}, "
                       f"got {cfg.mesh.process_id}")

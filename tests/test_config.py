@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from rti_jax.config import CONFIG_DIR, ConfigError, ExperimentConfig, load_config, to_yaml
+from rti_jax.config import _CHOICES, CONFIG_DIR, ConfigError, ExperimentConfig, load_config, to_yaml
 
 
 def test_paper_config_carries_the_paper_settings():
@@ -134,3 +134,44 @@ def test_env_tools_in_template_sends_navigation_tools_through_the_chat_template(
   assert [t["function"]["name"] for t in paper.tool_schemas] and paper.env_factory().tools_in_prompt is False
   tiny = task_source(load_config("navigation"))
   assert tiny.tool_schemas is None and tiny.env_factory().tools_in_prompt is True
+
+
+#: Numeric keys for which a negative value is a valid setting (a threshold in nats).
+NEGATIVE_OK = {"baselines.aepo_branch_threshold"}
+#: Optional numeric keys (null by default) and a value of the right type that cannot train.
+OPTIONAL_BAD = {"loss.dual_clip": "0.5", "loss.agg_norm": "-3.0", "optim.vocab_chunk": "-2",
+                "optim.tokens_per_device": "0"}
+
+
+@pytest.mark.parametrize("config", ["navigation", "telecom"])
+def test_every_bad_numeric_or_choice_value_is_an_error_naming_its_key_first(config):
+  """Over every leaf of the schema (the environment's own section included): a negative or NaN number,
+  an unknown choice word, or a bad optional value is a ConfigError whose first words are its key."""
+  from rti_jax.config import _leaves
+
+  checked = 0
+  for key, value in _leaves(load_config(config)):
+    if isinstance(value, bool) or key in NEGATIVE_OK:
+      continue
+    if value is None:
+      bad = [OPTIONAL_BAD[key]] if key in OPTIONAL_BAD else []
+    elif isinstance(value, (int, float)):
+      bad = ["-5"] + (["nan"] if isinstance(value, float) else [])
+    elif key in _CHOICES or key == "env.name" or key.startswith("env.") and key.count(".") == 2:
+      bad = ["bogus-choice"]
+    else:
+      bad = []  # free text: names, paths, urls
+    for v in bad:
+      with pytest.raises(ConfigError) as e:
+        load_config(config, [f"{key}={v}"])
+      assert str(e.value).startswith(f"{key}:"), (key, v, str(e.value))
+      checked += 1
+  assert checked > 60
+
+
+def test_sampling_and_mesh_errors_name_their_own_key_before_any_cross_check():
+  for override, key in (("rollout.top_p=0", "rollout.top_p"), ("rollout.top_k=-5", "rollout.top_k"),
+                        ("rollout.temperature=0", "rollout.temperature"), ("mesh.tensor=-1", "mesh.tensor"),
+                        ("mesh.process_id=-5", "mesh.process_id"), ("mesh.rollout_slices=-1", "mesh.rollout_slices")):
+    with pytest.raises(ConfigError, match=rf"^{key}:"):
+      load_config("navigation", [override])
