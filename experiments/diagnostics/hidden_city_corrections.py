@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   overrides, out = prepared
   cfg = load_config(args.config, [*overrides, f"train.seed={args.seeds[0]}"])
   if cfg.env.name != "navigation" or cfg.env.navigation.hidden_city_share <= 0:
-    print("hidden_city_corrections needs env.name=navigation and env.hidden_city_share > 0", file=sys.stderr)
+    print("hidden_city_corrections needs env.name=navigation and env.navigation.hidden_city_share > 0", file=sys.stderr)
     return 2
   (out / "config.yaml").write_text(to_yaml(cfg))
   trainer = Trainer(cfg, out / "train", progress=False)

@@ -66,7 +66,7 @@ class NavigationDataConfig:
   swap_episodes: int = 2000  # oracle episodes of plain tasks made by a stop swap (sft_swap.swap_episode_examples)
   swap_disamb: int = 800  # tasks needing a re-search made by a stop swap (sft_swap.swap_disamb_examples)
   check_drills: int = 3000  # check-line drills in the main mix (sft_swap.check_drill_examples; with check_line only)
-  # the benchmark setting's share of hidden-city tasks (env.hidden_city_share of the RL configs): its
+  # the benchmark setting's share of hidden-city tasks (env.navigation.hidden_city_share of the RL configs): its
   # world, tasks and system message (with ask_user); the oracle asks the user on those tasks. A build
   # that continues a policy gets whole tokens for the places its tokenizer lacks (tokenizer.add_whole_pretokens)
   hidden_city_share: float = 0.0
