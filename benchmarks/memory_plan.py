@@ -23,6 +23,7 @@ an 8k cache)::
   python benchmarks/memory_plan.py --size qwen3-8b --mesh fsdp=8
   python benchmarks/memory_plan.py --size qwen3-8b --mesh fsdp=4,tensor=2
   python benchmarks/memory_plan.py --size qwen3-1.7b --mesh fsdp=8
+  python benchmarks/memory_plan.py --size qwen3-8b --config retail_qwen3_8b --decode-batch 32   # its shapes
 
 Ends with one line per figure: ``memory_plan <size> <mesh> <program> per-device total GiB: <x>``.
 The CPU compiler's plan is an upper bound for attention: XLA's attention materialises the scores
@@ -199,6 +200,17 @@ PROGRAMS = {"train_step": train_step_program, "prefill": prefill_program, "decod
             "ref_logp": ref_logp_program}
 
 
+def from_config(name: str) -> argparse.Namespace:
+  """The shapes and memory model of config ``name`` as defaults of the options."""
+  from rti_jax.config import load_config
+
+  cfg = load_config(name, ["policy.path=unused"])
+  r, o = cfg.rollout, cfg.optim
+  return argparse.Namespace(rows=r.tasks_per_iter * r.group_size, seq=r.max_context, cache=r.max_context,
+                            max_new_tokens=r.max_new_tokens, remat=o.remat, vocab_chunk=o.vocab_chunk or 0,
+                            scan_layers=o.scan_layers, tokens_per_device=o.tokens_per_device or r.max_context)
+
+
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--size", nargs="+", default=["qwen3-8b", "qwen3-1.7b"], choices=sorted(SIZES))
@@ -219,7 +231,13 @@ def main() -> None:
   ap.add_argument("--cache", type=int, default=8192)
   ap.add_argument("--max-new-tokens", type=int, default=1024, help="prefill prompt = cache - this")
   ap.add_argument("--layers", type=int, default=0, help="override the layer count (a quick check)")
+  ap.add_argument("--config", default=None,
+                  help="take the update's rows (tasks x G), row length and cache (rollout.max_context), the turn "
+                       "budget (rollout.max_new_tokens) and the memory model (optim.*) from a config, e.g. "
+                       "retail_qwen3_8b; explicit options given after it still win")
   args = ap.parse_args()
+  if args.config:
+    args = ap.parse_args(namespace=from_config(args.config))
   sizes = parse_mesh(args.mesh)
   mesh = S.make_mesh(sizes["data"], sizes["fsdp"], sizes["tensor"])
   mesh_name = ",".join(f"{k}={v}" for k, v in sizes.items() if v > 1) or "1"
