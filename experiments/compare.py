@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rti_jax import experiment, objectives, reporting
+from rti_jax import experiment, objectives
 from rti_jax.config import CONFIG_DIR, load_config
 from rti_jax.envs import registry
 
@@ -116,22 +116,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   variants = {m: [f"loss.method={m}"] for m in args.methods}
 
   def source(cfg: Any) -> Any:
-    import dataclasses
-
-    src = registry.task_source(cfg)
-    if test_tasks is not None:
-      if not 1 <= test_tasks <= len(src.test):
-        raise SystemExit(f"--test-tasks must be in 1..{len(src.test)}, got {test_tasks}")
-      src = dataclasses.replace(src, test=list(src.test)[:test_tasks])
-    return src
+    return experiment.cut_test(registry.task_source(cfg), test_tasks)
 
   results = experiment.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
                            source=source, reuse=args.reuse)
   results["env"] = args.env
-  cols, rows = summary_rows(results)
-  n_test = next(iter(results["runs"].values()))["base"]["num_tasks"]
-  table = reporting.print_table(f"{args.env}, test split ({n_test} tasks, {len(args.seeds)} seed(s), %)", cols, rows)
-  experiment.report(results, out, table, cols, rows, experiment.val_rows(results), "Last periodic evaluation (validation split; %)")
+  experiment.print_and_report(results, out, args.env, *summary_rows(results))
   return 0
 
 

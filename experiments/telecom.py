@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rti_jax import experiment, reporting
+from rti_jax import experiment
 from rti_jax.config import load_config
 
 QUICK = [
@@ -54,16 +54,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
 def make_source(cfg: Any, test_tasks: int | None) -> Any:
   """The Telecom task source of ``cfg`` (``env.telecom.policy_text`` picks the policy text), with the
   test split cut to its first ``test_tasks`` when given."""
-  import dataclasses
-
   from rti_jax.envs.telecom.source import telecom_source
 
-  source = telecom_source(cfg)
-  if test_tasks is not None:
-    if not 1 <= test_tasks <= len(source.test):
-      raise SystemExit(f"--test-tasks must be in 1..{len(source.test)}, got {test_tasks}")
-    source = dataclasses.replace(source, test=list(source.test)[:test_tasks])
-  return source
+  return experiment.cut_test(telecom_source(cfg), test_tasks)
 
 
 def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], methods: Sequence[str], out: pathlib.Path,
@@ -115,10 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   test_tasks = args.test_tasks if args.test_tasks is not None else (QUICK_TEST_TASKS if args.quick else None)
   results = run(args.config, overrides, args.seeds, args.methods, out, test_tasks, progress=not args.no_progress,
                 reuse=args.reuse)
-  cols, rows = summary_rows(results)
-  n_test = next(iter(results["runs"].values()))["base"]["num_tasks"]
-  table = reporting.print_table(f"Telecom, test split ({n_test} tasks, {len(args.seeds)} seed(s), %)", cols, rows)
-  experiment.report(results, out, table, cols, rows, experiment.val_rows(results), "Last periodic evaluation (validation split; %)")
+  experiment.print_and_report(results, out, "Telecom", *summary_rows(results))
   return 0
 
 

@@ -12,6 +12,7 @@ split is only ever evaluated: it picks no checkpoint, stops nothing and tunes no
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import shutil
@@ -290,6 +291,25 @@ def val_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
       rows.append([method, 100 * float(np.mean([e["all"]["p@1"] for e in evs])),
                    100 * float(np.mean([e["all"]["avg p@k"] for e in evs])), evs[0]["num_tasks"]])
   return cols, rows
+
+
+def cut_test(source: Any, test_tasks: int | None) -> Any:
+  """``source`` with its test split cut to the first ``test_tasks`` (None: unchanged); a count
+  outside 1..len(test) is a ``SystemExit`` naming ``--test-tasks``."""
+  if test_tasks is None:
+    return source
+  if not 1 <= test_tasks <= len(source.test):
+    raise SystemExit(f"--test-tasks must be in 1..{len(source.test)}, got {test_tasks}")
+  return dataclasses.replace(source, test=list(source.test)[:test_tasks])
+
+
+def print_and_report(results: dict[str, Any], out: pathlib.Path, title: str, cols: Sequence[str],
+                     rows: Sequence[Any]) -> None:
+  """Prints the main table, ``"<title>, test split (N tasks, S seed(s), %)"``, then ``report``s it
+  with the validation table."""
+  n_test = next(iter(results["runs"].values()))["base"]["num_tasks"]
+  table = reporting.print_table(f"{title}, test split ({n_test} tasks, {len(results['seeds'])} seed(s), %)", cols, rows)
+  report(results, out, table, cols, rows, val_rows(results), "Last periodic evaluation (validation split; %)")
 
 
 def report(results: dict[str, Any], out: pathlib.Path, table: str, cols: Sequence[str], rows: Sequence[Any],

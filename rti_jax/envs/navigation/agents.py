@@ -31,6 +31,7 @@ import re
 from typing import Any, Protocol
 
 from rti_jax.envs.base import Transcript
+from rti_jax.envs.base import run_episode as base_run_episode
 from rti_jax.envs.navigation.env import NavigationEnv
 from rti_jax.envs.navigation.hidden import ASK_USER, told_cities
 from rti_jax.envs.navigation.tasks import NavTask, join_names
@@ -244,13 +245,7 @@ class OracleAgent:
 
 def run_episode(env: NavigationEnv, agent: Agent, task: NavTask) -> Transcript:
   """Plays one episode of ``agent`` on ``task``; returns the finished transcript."""
-  messages = env.reset(task)
-  while True:
-    text = agent.act(messages)
-    result = env.step(text)
-    messages = env.transcript.messages
-    if result.done:
-      return env.transcript
+  return base_run_episode(env, agent, task)
 
 
 def pass_rate(env: NavigationEnv, agent_cls: type, tasks: list[NavTask]) -> float:

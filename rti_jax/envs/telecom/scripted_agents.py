@@ -21,6 +21,7 @@ import json
 from typing import Any, Protocol
 
 from rti_jax.envs.base import Transcript
+from rti_jax.envs.base import run_episode as base_run_episode
 from rti_jax.envs.telecom import state as st
 from rti_jax.envs.telecom.env import AGENT_STOP, TRANSFER_MESSAGE, TelecomEnv
 from rti_jax.envs.telecom.tasks import Action, TelecomTask
@@ -149,12 +150,7 @@ class DoNothingAgent(ScriptAgent):
 
 def run_episode(env: TelecomEnv, agent: Agent, task: TelecomTask | str) -> Transcript:
   """Plays one episode of ``agent`` on ``task``; returns the finished transcript."""
-  messages = env.reset(task)
-  while True:
-    result = env.step(agent.act(messages))
-    messages = env.transcript.messages
-    if result.done:
-      return env.transcript
+  return base_run_episode(env, agent, task)
 
 
 def pass_rate(env: TelecomEnv, agent_cls: type, tasks: list[TelecomTask]) -> float:
