@@ -199,3 +199,16 @@ def test_models_import_nothing_from_the_library_and_the_registry_only_the_env_in
   # the package (scanned for registration modules) and the TaskSource, which imports only the Environment interface
   assert registry_imports == {"rti_jax.envs", "rti_jax.envs.source"}
   assert {m for m in _imported_modules(root / "rti_jax/envs/source.py") if m.startswith("rti_jax")} == {"rti_jax.envs.base"}
+
+
+def test_success_is_the_environments_threshold_not_a_positive_reward():
+  from rti_jax.envs.source import TaskSource
+  from rti_jax.intervention.pipeline import InterventionConfig, group_all_failed
+
+  group = [type("T", (), {"reward": r})() for r in (0.25, 0.5)]
+  assert group_all_failed(group) and not group_all_failed(group, success_reward=0.5)
+  assert not group_all_failed([type("T", (), {"reward": r})() for r in (1.0, 0.0)])
+  with pytest.raises(ValueError, match="success_threshold"):
+    TaskSource([], [], None, str, {}, "x", success_threshold=0.0)
+  with pytest.raises(ValueError, match="success_reward"):
+    InterventionConfig(success_reward=float("inf"))
