@@ -1,0 +1,321 @@
+"""The link to tau2-bench itself (the optional ``tau2`` extra): its domains, tasks and evaluator.
+
+Everything that touches the ``tau2`` package goes through here and imports it lazily, so the rest of
+``rti_jax`` (and this package's registration) works without it; a missing package is an
+``ImportError`` that says how to install it.
+
+* ``new_environment(domain)``: a fresh tau2 ``Environment`` (its tools over a private copy of the
+  domain's database, its policy text), built from a database parsed once per process.
+* ``base_tasks(domain)`` / ``split_ids(domain)``: tau2's own tasks and its train / test split.
+* ``gold_replay(domain, task)``: the task's gold calls replayed on a fresh database: which of them
+  fail on purpose (an error response: not a required step) and the database hash they leave.
+* ``tau2_reward(...)``: tau2's ``evaluate_simulation`` on a ``SimulationRun`` of tau2 messages.
+* ``fast_reward(...)``: the same number without replaying the trajectory: the live database against
+  the gold one (compared as objects first, then by tau2's hash; the gold hash cached per task), times tau2's own communicate (and, where a task lists
+  them, action and env-assertion) checks. It equals ``tau2_reward`` on every episode the tests and
+  ``python -m rti_jax.envs.tau2 check-reward`` compare.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import functools
+import os
+import threading
+import warnings
+from typing import Any
+
+DOMAINS = ("retail", "airline")
+INSTALL_HINT = ('the tau2 domains (retail, airline) need tau2-bench: '
+                'pip install -e ".[tau2]" -c constraints.txt -c constraints-tau2.txt')
+#: tau2's stop and transfer markers (the user's ``###STOP###`` ends a conversation; so does the agent's)
+STOP = "###STOP###"
+TRANSFER = "###TRANSFER###"
+#: our episode endings -> tau2's termination reasons (a transfer ends as tau2's user does: a user stop)
+TERMINATION = {"agent_stop": "agent_stop", "user_stop": "user_stop", "transfer": "user_stop",
+               "max_turns": "max_steps"}
+
+_LOCK = threading.Lock()
+
+
+@functools.cache
+def tau2_modules() -> dict[str, Any]:
+  """tau2's modules used by this package (imported once; an ImportError names the install command)."""
+  # litellm (imported by tau2's registry) would otherwise try to download its price table
+  os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+  try:
+    from loguru import logger
+    logger.disable("tau2")  # its per-call logging
+    from tau2.data_model import message, simulation, tasks
+    from tau2.domains.airline import environment as airline
+    from tau2.domains.retail import environment as retail
+    from tau2.environment import toolkit
+    from tau2.evaluator import evaluator, evaluator_action, evaluator_communicate
+    from tau2.utils import utils
+  except ImportError as e:
+    raise ImportError(f"{INSTALL_HINT} ({e})") from e
+  return {"message": message, "simulation": simulation, "tasks": tasks, "evaluator": evaluator,
+          "action": evaluator_action, "communicate": evaluator_communicate, "toolkit": toolkit,
+          "utils": utils, "retail": retail, "airline": airline}
+
+
+def check_domain(domain: str) -> str:
+  if domain not in DOMAINS:
+    raise ValueError(f"domain: expected one of {list(DOMAINS)}, got {domain!r}")
+  return domain
+
+
+def domain_module(domain: str) -> Any:
+  """tau2's ``tau2.domains.<domain>.environment`` module."""
+  return tau2_modules()[check_domain(domain)]
+
+
+@functools.cache
+def _pristine(domain: str) -> tuple[type, dict[str, Any]]:
+  """The domain's database class and its parsed contents (never handed out: copied per episode)."""
+  env = domain_module(domain).get_environment()
+  db = env.tools.db
+  return type(db), db.model_dump()
+
+
+def new_environment(domain: str) -> Any:
+  """A fresh tau2 environment of ``domain`` over its own copy of the initial database."""
+  cls, dump = _pristine(domain)
+  return domain_module(domain).get_environment(db=cls.model_validate(dump))
+
+
+@functools.cache
+def policy_text(domain: str) -> str:
+  """tau2's own agent policy of ``domain``."""
+  return domain_module(domain).get_environment().get_policy()
+
+
+@functools.cache
+def tool_info(domain: str) -> tuple[tuple[dict[str, Any], ...], frozenset[str]]:
+  """(the agent tools' OpenAI schemas as tau2 writes them, the names of its write tools)."""
+  env = domain_module(domain).get_environment()
+  schemas = tuple(t.openai_schema for t in env.get_tools())
+  write = tau2_modules()["toolkit"].ToolType.WRITE
+  writes = frozenset(name for name in env.tools.tools if env.tools.tool_type(name) == write)
+  return schemas, writes
+
+
+@functools.cache
+def parameter_models(domain: str) -> dict[str, Any]:
+  """Tool name -> the pydantic model of its parameters (tau2's own, read from its signature)."""
+  env = domain_module(domain).get_environment()
+  return {name: tool.params for name, tool in env.tools.get_tools().items()}
+
+
+@functools.cache
+def base_tasks(domain: str) -> tuple[Any, ...]:
+  """Every task tau2 ships for ``domain`` (its ``base`` set), as tau2 ``Task`` objects."""
+  return tuple(domain_module(domain).get_tasks())
+
+
+@functools.cache
+def split_ids(domain: str) -> dict[str, tuple[str, ...]]:
+  """tau2's own split of the task ids: ``train``, ``test`` and ``base`` (all)."""
+  return {k: tuple(v) for k, v in domain_module(domain).get_tasks_split().items()}
+
+
+@contextlib.contextmanager
+def quiet_serializer():
+  """Silences pydantic's serializer warnings while tau2 dumps a database in which a tool stored an
+  agent's mistyped argument (a float bag count): the dump and its hash are what tau2 scores."""
+  with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Pydantic serializer warnings", category=UserWarning)
+    yield
+
+
+# ----------------------------------------------------------------------------- gold replay
+
+
+@dataclasses.dataclass(frozen=True)
+class GoldReplay:
+  """A task's gold calls replayed on a fresh database.
+
+  failing: indices of the gold calls whose response is an error (they fail on purpose and change
+    nothing: not required steps).
+  db_hash: the database hash the gold calls leave (what tau2's evaluator compares against).
+  outputs: each gold call's response text.
+  """
+
+  failing: tuple[int, ...]
+  db_hash: str
+  outputs: tuple[str, ...]
+
+
+_GOLD: dict[tuple[str, str], GoldReplay] = {}
+#: the gold databases of the most recently scored tasks (a whole database each: kept few)
+GOLD_DB_CACHE = 8
+_GOLD_DB: collections.OrderedDict[tuple[str, str], Any] = collections.OrderedDict()
+
+
+def _replay(domain: str, task: Any) -> tuple[Any, list[int], list[str]]:
+  """A fresh environment with ``task``'s initial state and gold calls applied; (env, failing, outputs)."""
+  msg = tau2_modules()["message"]
+  env = new_environment(domain)
+  init = task.initial_state
+  if init is not None:
+    env.set_state(initialization_data=init.initialization_data,
+                  initialization_actions=init.initialization_actions,
+                  message_history=list(init.message_history or []))
+  failing, outputs = [], []
+  actions = (task.evaluation_criteria.actions or []) if task.evaluation_criteria else []
+  for i, action in enumerate(actions):
+    reply = env.get_response(msg.ToolCall(id=f"gold_{i}", name=action.name, arguments=dict(action.arguments),
+                                          requestor=action.requestor))
+    outputs.append(reply.content or "")
+    if reply.error:
+      failing.append(i)
+  return env, failing, outputs
+
+
+def _keep_gold_db(key: tuple[str, str], db: Any) -> None:
+  with _LOCK:
+    _GOLD_DB[key] = db
+    _GOLD_DB.move_to_end(key)
+    while len(_GOLD_DB) > GOLD_DB_CACHE:
+      _GOLD_DB.popitem(last=False)
+
+
+def gold_replay(domain: str, task: Any) -> GoldReplay:
+  """The gold replay of tau2 ``Task`` ``task`` (cached by domain and task id)."""
+  key = (domain, str(task.id))
+  hit = _GOLD.get(key)
+  if hit is not None:
+    return hit
+  env, failing, outputs = _replay(domain, task)
+  out = GoldReplay(failing=tuple(failing), db_hash=env.get_db_hash(), outputs=tuple(outputs))
+  with _LOCK:
+    _GOLD[key] = out
+  _keep_gold_db(key, env.tools.db)
+  return out
+
+
+def gold_db(domain: str, task: Any) -> Any:
+  """The database ``task``'s gold calls leave (the last ``GOLD_DB_CACHE`` are kept)."""
+  key = (domain, str(task.id))
+  with _LOCK:
+    db = _GOLD_DB.get(key)
+  if db is None:
+    db = _replay(domain, task)[0].tools.db
+    _keep_gold_db(key, db)
+  return db
+
+
+def forget_gold(domain: str, task_id: str) -> None:
+  """Drops a cached gold replay (a generated task whose id was reused)."""
+  with _LOCK:
+    _GOLD.pop((domain, str(task_id)), None)
+    _GOLD_DB.pop((domain, str(task_id)), None)
+
+
+# ----------------------------------------------------------------------------- rewards
+
+
+@dataclasses.dataclass(frozen=True)
+class Tau2Reward:
+  """One episode's reward and how it was reached.
+
+  reward: the product over the task's reward basis (0 when the episode did not end by a stop).
+  breakdown: reward per basis (``DB``, ``COMMUNICATE``, ...).
+  db_match: the database matches the gold one (None: not checked).
+  communicate: (info, said) per required piece of information.
+  method: ``tau2`` (its ``evaluate_simulation``) or ``fast``.
+  note: why the reward is 0 without checks (a turn-limit ending), else "".
+  """
+
+  reward: float
+  breakdown: dict[str, float]
+  db_match: bool | None
+  communicate: tuple[tuple[str, bool], ...]
+  method: str
+  note: str = ""
+
+  def to_dict(self) -> dict[str, Any]:
+    return {"reward": self.reward, "breakdown": dict(self.breakdown), "db_match": self.db_match,
+            "communicate": [list(c) for c in self.communicate], "method": self.method, "note": self.note}
+
+
+def simulation_run(task: Any, messages: list[Any], termination: str) -> Any:
+  """A tau2 ``SimulationRun`` of ``messages`` ending with our ``termination``."""
+  reason = TERMINATION.get(termination)
+  if reason is None:
+    raise ValueError(f"termination: expected one of {sorted(TERMINATION)}, got {termination!r}")
+  sim = tau2_modules()["simulation"]
+  now = "2024-05-15T15:00:00"
+  return sim.SimulationRun(id=f"rti-jax-{task.id}", task_id=str(task.id), start_time=now, end_time=now,
+                           duration=0.0, termination_reason=sim.TerminationReason(reason), messages=list(messages))
+
+
+def tau2_reward(domain: str, task: Any, messages: list[Any], termination: str) -> Tau2Reward:
+  """tau2's ``evaluate_simulation`` (``EvaluationType.ALL``) of the episode ``messages``."""
+  ev = tau2_modules()["evaluator"]
+  with quiet_serializer():
+    info = ev.evaluate_simulation(simulation=simulation_run(task, messages, termination), task=task,
+                                  evaluation_type=ev.EvaluationType.ALL, solo_mode=False,
+                                  domain=check_domain(domain))
+  breakdown = {getattr(k, "value", str(k)): float(v) for k, v in (info.reward_breakdown or {}).items()}
+  db_match = None if info.db_check is None else bool(info.db_check.db_match)
+  comm = tuple((c.info, bool(c.met)) for c in info.communicate_checks or [])
+  note = str((info.info or {}).get("note", "")) if isinstance(info.info, dict) else ""
+  return Tau2Reward(reward=float(info.reward), breakdown=breakdown, db_match=db_match, communicate=comm,
+                    method="tau2", note=note)
+
+
+def fast_reward(domain: str, task: Any, env: Any, messages: list[Any], termination: str) -> Tau2Reward:
+  """What ``tau2_reward`` gives, read off the live environment ``env`` instead of a replay.
+
+  Follows tau2's evaluator step by step: 0 unless the episode ended by a stop; 1 without criteria;
+  the DB basis compares database hashes (the gold one from ``gold_replay``); ENV_ASSERTION runs the
+  task's assertions on ``env``; COMMUNICATE and ACTION call tau2's own checks on ``messages``.
+  NL assertions need an LLM judge: those tasks go to ``tau2_reward`` (which refuses them too).
+  """
+  mods = tau2_modules()
+  reason = TERMINATION.get(termination)
+  if reason is None:
+    raise ValueError(f"termination: expected one of {sorted(TERMINATION)}, got {termination!r}")
+  if reason not in ("agent_stop", "user_stop"):
+    return Tau2Reward(0.0, {}, None, (), "fast", note=f"the episode ended by {termination}, not by a stop")
+  criteria = task.evaluation_criteria
+  if criteria is None:
+    return Tau2Reward(1.0, {}, None, (), "fast", note="no evaluation criteria")
+  basis = {getattr(b, "value", str(b)) for b in criteria.reward_basis}
+  if "NL_ASSERTION" in basis:
+    return tau2_reward(domain, task, messages, termination)
+  reward, breakdown = 1.0, {}
+  db_match = None
+  if basis & {"DB", "ENV_ASSERTION"}:
+    if criteria.actions is None and criteria.env_assertions is None:
+      db_reward, db_match = 1.0, True
+    else:
+      gold_hash = gold_replay(domain, task).db_hash
+      # Unequal objects dump unequally (arguments come from JSON), so only an equal database needs
+      # tau2's hash, which tells an int from a float as the object comparison does not.
+      with quiet_serializer():
+        db_match = env.tools.db == gold_db(domain, task) and env.get_db_hash() == gold_hash
+      db_reward = 1.0 if db_match else 0.0
+    assertion_reward = 1.0
+    for assertion in criteria.env_assertions or []:
+      assertion_reward *= 1.0 if env.run_env_assertion(assertion, raise_assertion_error=False) else 0.0
+    if "DB" in basis:
+      breakdown["DB"] = db_reward
+      reward *= db_reward
+    if "ENV_ASSERTION" in basis:
+      breakdown["ENV_ASSERTION"] = assertion_reward
+      reward *= assertion_reward
+  if "ACTION" in basis:
+    info = mods["action"].ActionEvaluator.calculate_reward(task=task, full_trajectory=messages)
+    breakdown["ACTION"] = float(info.reward)
+    reward *= float(info.reward)
+  comm: tuple[tuple[str, bool], ...] = ()
+  if "COMMUNICATE" in basis:
+    info = mods["communicate"].CommunicateEvaluator.calculate_reward(task=task, full_trajectory=messages)
+    comm = tuple((c.info, bool(c.met)) for c in info.communicate_checks or [])
+    breakdown["COMMUNICATE"] = float(info.reward)
+    reward *= float(info.reward)
+  return Tau2Reward(reward=reward, breakdown=breakdown, db_match=db_match, communicate=comm, method="fast")

@@ -1,0 +1,357 @@
+"""The tau2 Retail and Airline domains run by tau2's own code (``rti_jax.envs.tau2``): registry and
+options, gold replays scored 1.0 by tau2's evaluator, the do-nothing baseline as tau2 scores it,
+the fast reward against tau2's evaluator, malformed and mistyped calls, the scripted user, the
+generated training split, the rule roles and the stats command. The checks over every task are
+marked slow."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("tau2", reason='tau2-bench is not installed (the tau2 extra: pip install -e ".[tau2]")')
+
+from rti_jax.config import ConfigError, load_config  # noqa: E402
+from rti_jax.envs import registry  # noqa: E402
+from rti_jax.envs.source import TaskSource  # noqa: E402
+from rti_jax.envs.tau2 import bridge  # noqa: E402
+from rti_jax.envs.tau2.agents import DoNothingAgent, GoldAgent, run_episode, tool_call_text  # noqa: E402
+from rti_jax.envs.tau2.env import Tau2Env  # noqa: E402
+from rti_jax.envs.tau2.generate import generated_tasks, overlap  # noqa: E402
+from rti_jax.envs.tau2.rules import Tau2RuleValidator, Tau2RuleVerifier  # noqa: E402
+from rti_jax.envs.tau2.tasks import find_task, tau2_tasks  # noqa: E402
+from rti_jax.intervention.judges import StepContext  # noqa: E402
+
+# Retail 0: an exchange; 3: a transfer; 39: a gold call that fails on purpose; 40: facts to tell.
+RETAIL_SAMPLE = ("0", "3", "39", "40", "76")
+AIRLINE_SAMPLE = ("0", "7", "8", "13", "14")
+
+
+@pytest.fixture(scope="module")
+def retail_env() -> Tau2Env:
+  return Tau2Env("retail")
+
+
+@pytest.fixture(scope="module")
+def airline_env() -> Tau2Env:
+  return Tau2Env("airline")
+
+
+def _ctx(env: Tau2Env, draft: str) -> StepContext:
+  history = tuple(m for m in env.transcript.messages if m["role"] != "system")
+  return StepContext(user_query=history[0]["content"], history=history, draft=draft, tools=tuple(env.tool_schemas()),
+                     evidence=env.reward_evidence(), domain=env.domain)
+
+
+# --------------------------------------------------------------------------- registry and options
+
+
+def test_registry_knows_both_domains_and_builds_a_task_source():
+  assert {"retail", "airline"} <= set(registry.names())
+  for name in ("retail", "airline"):
+    spec = registry.get(name)
+    assert spec.prompts.rules == f"tau2_domain_{name}"
+    assert spec.default_options().policy_text == "condensed"
+  source = registry.task_source(load_config(None, ["env.name=retail", "policy.path=x"]))
+  assert isinstance(source, TaskSource) and source.domain == "retail" and source.success_threshold == 1.0
+  assert len(source.test) == 114 and 0 < len(source.train) <= 600
+  assert {source.task_id(t) for t in source.train}.isdisjoint(source.task_id(t) for t in source.test)
+  assert source.subsets["exchange"](find_task("retail", "0"))
+  env = source.env_factory()
+  assert env.reset(source.test[0])[0]["role"] == "system"
+  split = registry.task_source(load_config(None, ["env.name=airline", "policy.path=x", "env.airline.splits=tau2"]))
+  assert (len(split.train), len(split.test)) == (30, 20)
+
+
+def test_options_errors_name_the_field():
+  with pytest.raises(ConfigError, match=r"env\.retail\.policy_text"):
+    load_config(None, ["env.name=retail", "policy.path=x", "env.retail.policy_text=short"])
+  with pytest.raises(ConfigError, match=r"env\.airline\.user_url"):
+    load_config(None, ["env.name=airline", "policy.path=x", "env.airline.user=llm"])
+  with pytest.raises(ConfigError, match=r"env\.retail\.reward"):
+    load_config(None, ["env.name=airline", "policy.path=x", "env.retail.reward=tau2"])  # another env's section
+
+
+def test_registration_imports_no_tau2_and_a_missing_tau2_names_the_install_command():
+  code = (
+      "import sys\n"
+      "import rti_jax.envs.tau2.registration\n"
+      "assert 'tau2' not in sys.modules, 'registration imported tau2'\n"
+      "class Block:\n"
+      "  def find_spec(self, name, path=None, target=None):\n"
+      "    if name == 'tau2' or name.startswith('tau2.'): raise ImportError('No module named tau2')\n"
+      "sys.meta_path.insert(0, Block())\n"
+      "from rti_jax.envs.tau2 import bridge\n"
+      "try:\n"
+      "  bridge.tau2_modules()\n"
+      "except ImportError as e:\n"
+      "  print(e)\n")
+  out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0, out.stderr
+  assert 'pip install -e ".[tau2]" -c constraints.txt -c constraints-tau2.txt' in out.stdout
+
+
+# --------------------------------------------------------------------------- rewards
+
+
+@pytest.mark.parametrize("domain,ids", [("retail", RETAIL_SAMPLE), ("airline", AIRLINE_SAMPLE)])
+def test_gold_replay_scores_one_with_taus_evaluator(domain, ids):
+  env = Tau2Env(domain, reward="tau2")
+  for task_id in ids:
+    task = find_task(domain, task_id)
+    transcript = run_episode(env, GoldAgent(task), task)
+    assert transcript.reward == 1.0, (task_id, transcript.info["evaluation"])
+    assert transcript.info["evaluation"]["method"] == "tau2"
+    assert transcript.info["termination"] in ("user_stop", "transfer")
+    assert transcript.info["tool_errors"] == 0  # the gold calls that fail on purpose are left out
+
+
+def test_gold_calls_that_fail_on_purpose_are_left_out_of_the_evidence(retail_env):
+  task = find_task("retail", "39")
+  assert task.failing, "retail 39 has a gold call that fails on purpose"
+  retail_env.reset(task)
+  ev = retail_env.reward_evidence()
+  assert len(ev["agent_actions"]) == len(task.gold_actions) - len(task.failing)
+  assert sum(a["fails_on_purpose"] for a in ev["evaluation_criteria"]["actions"]) == len(task.failing)
+  assert set(ev) >= {"completion_note", "agent_actions", "communicate_info", "evaluation_criteria"}
+
+
+@pytest.mark.parametrize("domain,ids", [("retail", RETAIL_SAMPLE), ("airline", AIRLINE_SAMPLE)])
+def test_do_nothing_gets_what_tau2_gives_it(domain, ids):
+  env = Tau2Env(domain, reward="fast")
+  ev_mod = bridge.tau2_modules()["evaluator"]
+  for task_id in ids:
+    task = find_task(domain, task_id)
+    transcript = run_episode(env, DoNothingAgent(), task)
+    sim = bridge.simulation_run(task.task, env.tau2_messages, "agent_stop")
+    expected = ev_mod.evaluate_simulation(simulation=sim, task=task.task, evaluation_type=ev_mod.EvaluationType.ALL,
+                                          solo_mode=False, domain=domain).reward
+    assert transcript.reward == expected, task_id
+    assert transcript.info["termination"] == "agent_stop"
+
+
+def test_fast_reward_equals_taus_on_right_and_wrong_episodes(retail_env):
+  for task_id in ("0", "40"):
+    task = find_task("retail", task_id)
+    for agent in (GoldAgent(task), DoNothingAgent(stop=False)):
+      run_episode(retail_env, agent, task)
+      assert retail_env.score("fast").reward == retail_env.score("tau2").reward
+  # a wrong write: the database no longer matches, by both measures
+  task = find_task("retail", "0")
+  retail_env.reset(task)
+  retail_env.step(tool_call_text("exchange_delivered_order_items", {
+      "order_id": "#W2378156", "item_ids": ["1151293680"], "new_item_ids": ["7706410293"],
+      "payment_method_id": "credit_card_9513926"}))
+  result = retail_env.step("Your exchange is done. ###STOP###")
+  assert result.done and result.reward == 0.0
+  assert retail_env.score("tau2").reward == 0.0 and retail_env.result.db_match is False
+
+
+def test_fast_reward_tells_an_int_from_a_float_as_tau2_does(airline_env):
+  task = find_task("airline", "12")
+  (name, args), = task.write_actions
+  for total, expected in ((args["total_baggages"], 1.0), (float(args["total_baggages"]), 0.0)):
+    airline_env.reset(task)
+    airline_env.step(tool_call_text(name, {**args, "total_baggages": total}))
+    result = airline_env.step("Your bags are added. ###STOP###")
+    assert result.reward == airline_env.score("tau2").reward == expected
+
+
+def test_turn_limit_scores_zero():
+  env = Tau2Env("airline", max_turns=2)
+  task = find_task("airline", "3")
+  env.reset(task)
+  assert not env.step("Hello, how can I help?").done
+  result = env.step("Still here.")
+  assert result.done and result.reward == 0.0 and env.transcript.info["termination"] == "max_turns"
+  assert env.score("tau2").reward == 0.0
+
+
+# --------------------------------------------------------------------------- model output
+
+
+def test_malformed_calls_and_wrong_argument_types_are_counted_not_raised(retail_env):
+  retail_env.reset(find_task("retail", "0"))
+  turns = [
+      "<tool_call>{not json</tool_call>",
+      "<tool_call>[1, 2]</tool_call>",
+      tool_call_text("no_such_tool", {}),
+      tool_call_text("get_order_details", {"order_id": 2378156}),
+      tool_call_text("get_order_details", {}),
+      tool_call_text("get_order_details", {"order_id": "#W2378156", "extra": 1}),
+      tool_call_text("exchange_delivered_order_items", {"order_id": "#W2378156", "item_ids": "1151293680",
+                                                         "new_item_ids": 7, "payment_method_id": None}),
+      tool_call_text("calculate", {"expression": "9**9**9**9"}),
+      '<tool_call>{"name": "calculate", "arguments": "[1]"}</tool_call>',
+      "",
+  ]
+  for text in turns:
+    result = retail_env.step(text)
+    assert not result.done
+    assert all(m["role"] == "tool" and m["content"].startswith("Error") for m in result.messages), (text, result.messages)
+  info = retail_env.transcript.info
+  assert info["malformed"] == 4  # two bad blocks, arguments that are a JSON array, the empty turn
+  assert info["unknown_tools"] == 1
+  assert info["bad_arguments"] == 4
+  assert info["guarded_calls"] == 1
+  assert info["tool_errors"] == 6 and info["write_calls"] == 0
+  # the episode goes on and still scores as tau2 does
+  result = retail_env.step("###STOP###")
+  assert result.done and result.reward == retail_env.score("tau2").reward == 0.0
+
+
+def test_tool_replies_are_compact_for_the_policy_and_exact_in_the_log(retail_env):
+  retail_env.reset(find_task("retail", "0"))
+  shown = retail_env.step(tool_call_text("get_order_details", {"order_id": "#W2378156"})).messages[0]["content"]
+  logged = retail_env.tau2_messages[-1].content
+  assert json.loads(logged)["order_id"] == json.loads(shown)["order_id"] == "#W2378156"
+  assert len(shown) < len(logged) and ": " not in shown and "null" not in shown
+
+
+@pytest.mark.parametrize("domain", ["retail", "airline"])
+def test_condensed_system_prompt_lists_every_tool_in_a_third_of_the_text(domain):
+  condensed, full = Tau2Env(domain), Tau2Env(domain, policy_text="full")
+  short, long = condensed.reset(tau2_tasks(domain)[0])[0]["content"], full.reset(tau2_tasks(domain)[0])[0]["content"]
+  assert len(short) * 2.5 < len(long)
+  for schema in full.tool_schemas():
+    assert f"\n{schema['function']['name']}(" in short
+  assert {s["function"]["name"] for s in condensed.tool_schemas()} == {s["function"]["name"] for s in full.tool_schemas()}
+  bare = Tau2Env(domain, tools_in_prompt=False).reset(tau2_tasks(domain)[0])[0]["content"]
+  assert "<tools>" not in bare and "<tools>" in short
+
+
+# --------------------------------------------------------------------------- the scripted user
+
+
+def test_scripted_user_answers_confirms_refuses_and_stops(retail_env):
+  retail_env.reset(find_task("retail", "0"))
+  reply = retail_env.step("Could you tell me your name and zip code?").messages[0]["content"]
+  assert "Yusuf Rossi" in reply and "19122" in reply
+  assert "don't remember" in retail_env.step("What is your email address?").messages[0]["content"]
+  wrong = ("I can exchange keyboard 1151293680 for 9690244451 and thermostat 4983901480 for 7747408585 in order "
+           "#W2378156, paying with credit_card_9513926. Shall I proceed?")
+  assert retail_env.step(wrong).messages[0]["content"].startswith("No")
+  right = ("I can exchange keyboard 1151293680 for 7706410293 and thermostat 4983901480 for 7747408585 in order "
+           "#W2378156, paying with credit_card_9513926. Shall I proceed?")
+  assert retail_env.step(right).messages[0]["content"].startswith("Yes")
+  # nothing done yet: wrapping up makes the user ask again, not leave
+  result = retail_env.step("Is there anything else I can help you with?")
+  assert not result.done and "not everything" in result.messages[0]["content"]
+
+
+def test_scripted_user_stops_on_a_refusal_task_and_transfers():
+  env = Tau2Env("airline")
+  env.reset(find_task("airline", "0"))  # cancellation the policy does not allow
+  env.step("What is your user id?")
+  result = env.step("I'm sorry, this reservation cannot be cancelled under our policy.")
+  assert result.done and env.transcript.info["termination"] == "user_stop" and result.reward == 1.0
+  env.reset(find_task("airline", "0"))
+  result = env.step("YOU ARE BEING TRANSFERRED TO A HUMAN AGENT. PLEASE HOLD ON.")
+  assert result.done and env.transcript.info["termination"] == "transfer"
+
+
+def test_llm_user_is_taus_user_simulator(monkeypatch):
+  import tau2.user.user_simulator as sim
+
+  seen = []
+
+  def fake_generate(model, messages, tools=None, **kwargs):
+    seen.append((model, kwargs.get("api_base"), [m.role for m in messages]))
+    msg = bridge.tau2_modules()["message"]
+    text = "Hi, I want to cancel a reservation." if len(seen) == 1 else "Thanks, bye. ###STOP###"
+    return msg.AssistantMessage(role="assistant", content=text)
+
+  monkeypatch.setattr(sim, "generate", fake_generate)
+  env = Tau2Env("airline", user="llm", user_url="http://127.0.0.1:30000/v1", user_model="qwen")
+  first = env.reset(find_task("airline", "0"))
+  assert first[1]["content"] == "Hi, I want to cancel a reservation."
+  result = env.step("Sorry, I cannot cancel it.")
+  assert result.done and env.transcript.info["termination"] == "user_stop"
+  assert seen[0][:2] == ("openai/qwen", "http://127.0.0.1:30000/v1") and seen[1][2][0] == "system"
+  with pytest.raises(ValueError, match="user_url"):
+    Tau2Env("airline", user="llm")
+
+
+# --------------------------------------------------------------------------- generated training tasks
+
+
+@pytest.mark.parametrize("domain", ["retail", "airline"])
+def test_generated_tasks_are_disjoint_and_their_gold_scores_one(domain):
+  tasks = generated_tasks(domain)
+  assert len(tasks) >= 300
+  assert not overlap(domain, tasks)
+  kinds = {k for t in tasks for k in t.request_types}
+  assert "refusal" in kinds and len(kinds) >= 5
+  env = Tau2Env(domain, reward="tau2")
+  for task in tasks[:4]:
+    assert run_episode(env, GoldAgent(task), task).reward == 1.0, task.task_id
+  assert generated_tasks(domain, 10) == tasks[:10]  # deterministic, cached
+
+
+# --------------------------------------------------------------------------- rule roles
+
+
+def test_rule_validator_flags_drafts_off_the_gold_path(retail_env):
+  task = find_task("retail", "0")
+  retail_env.reset(task)
+  validator, _ = registry.rule_roles("retail")
+  assert isinstance(validator, Tau2RuleValidator)
+  gold = tool_call_text(*task.write_actions[0])
+  wrong = tool_call_text("exchange_delivered_order_items", {
+      "order_id": "#W2378156", "item_ids": ["1151293680"], "new_item_ids": ["9690244451"],
+      "payment_method_id": "credit_card_9513926"})
+  judged = validator.validate([_ctx(retail_env, d) for d in (gold, wrong, "Done! ###STOP###", "Let me look.")])
+  assert [j.is_valid for j in judged] == [True, False, False, True]
+  assert judged[1].error_types == ("off_path_write",) and "7706410293" in judged[1].suggest_next
+  assert "7706410293" not in judged[1].visible_suggest_next
+  assert judged[2].error_types == ("premature_end",)
+  # once the gold write is done, ending is fine
+  retail_env.step(gold)
+  assert validator.validate([_ctx(retail_env, "All done. ###STOP###")])[0].is_valid
+
+
+def test_rule_verifier_rejects_unseen_privileged_values(retail_env):
+  retail_env.reset(find_task("retail", "0"))
+  retail_env.step(tool_call_text("get_order_details", {"order_id": "#W2378156"}))
+  _, verifier = registry.rule_roles("retail")
+  assert isinstance(verifier, Tau2RuleVerifier)
+  ctx = _ctx(retail_env, "draft")
+  judged = verifier.verify([ctx] * 4, [
+      "Shall I exchange it for item 7706410293?",  # a gold new item id, not shown yet
+      "Shall I exchange it for item 7706-410-293?",  # the same, respelled
+      tool_call_text("get_product_details", {"product_id": "1656367028"}),  # shown in the order details
+      "According to the gold actions, I should exchange it.",
+  ])
+  assert judged[0].reasons == ("leaked_value",) and judged[1].reasons == ("leaked_value",)
+  assert judged[2].ok
+  assert "leak" in judged[3].reasons
+
+
+# --------------------------------------------------------------------------- the stats command
+
+
+def test_stats_command_prints_tasks_and_gold_pass(capsys):
+  from rti_jax.envs.tau2.__main__ import main
+
+  assert main(["stats", "--domain", "retail", "--sample", "2", "--reward", "fast"]) == 0
+  out = capsys.readouterr().out
+  assert "tasks" in out and "gold pass" in out
+  rows = [r for r in (line.split() for line in out.splitlines()) if r[:1] in (["train"], ["test"]) and r[1].isdigit()]
+  assert [r[0] for r in rows] == ["train", "test"] and all(float(r[2]) == 1.0 for r in rows)
+
+
+# --------------------------------------------------------------------------- every task (slow)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("domain,do_nothing", [("retail", 7 / 114), ("airline", 19 / 50)])
+def test_every_tau2_task_gold_pass_and_do_nothing_rate(domain, do_nothing):
+  env = Tau2Env(domain, reward="tau2")
+  tasks = tau2_tasks(domain)
+  failed = [t.task_id for t in tasks if run_episode(env, GoldAgent(t), t).reward != 1.0]
+  assert not failed
+  rate = sum(run_episode(env, DoNothingAgent(), t).reward for t in tasks) / len(tasks)
+  assert rate == pytest.approx(do_nothing)
