@@ -200,17 +200,11 @@ class Trainer:
     # builds and scores log pi_cal under (Eq. 5); see pipeline.intervened_step.
     corrector = judges.PolicyCorrector(judge_backend, self.sampling, self.formatter.end_of_turn_id)
     llm = judges.JudgeLLM(judge_backend, self.formatter) if "llm" in (icfg.validator, icfg.verifier) else None
-    rules = (pipeline.rule_roles(self.source.domain, self._env_options()) if "rules" in (icfg.validator, icfg.verifier)
+    rules = (pipeline.rule_roles(self.source.domain, registry.options_of(self.cfg, self.source.domain)) if "rules" in (icfg.validator, icfg.verifier)
              else (None, None))
     validator: Any = judges.LLMValidator(llm) if icfg.validator == "llm" else rules[0]
     verifier: Any = {"off": None, "llm": judges.LLMVerifier(llm) if llm else None, "rules": rules[1]}[icfg.verifier]
     return pipeline.InterventionRoles(validator=validator, corrector=corrector, verifier=verifier)
-
-  def _env_options(self) -> Any:
-    """The config section ``env.<domain>`` of the source's environment (its defaults if absent)."""
-    spec = registry.get(self.source.domain)
-    section = getattr(self.cfg.env, spec.name, None)
-    return section if section is not None else spec.default_options()
 
   def _permutation(self, epoch: int) -> np.ndarray:
     rng = np.random.default_rng([self.cfg.train.seed, epoch])

@@ -137,9 +137,10 @@ def get(name: str) -> EnvSpec:
   return spec
 
 
-def options_of(cfg: Any) -> Any:
-  """The typed section ``env.<env.name>`` of ``cfg`` (its defaults when the config has none)."""
-  spec = get(cfg.env.name)
+def options_of(cfg: Any, name: str | None = None) -> Any:
+  """The typed section ``env.<name>`` of ``cfg`` (default name: ``cfg.env.name``; the section's
+  defaults when the config has none)."""
+  spec = get(cfg.env.name if name is None else name)
   section = getattr(cfg.env, spec.name, None)
   return section if section is not None else spec.default_options()
 

@@ -93,26 +93,19 @@ def _demonstrator(check_line: bool) -> Any:
   return _gold_agent
 
 
-RETAIL = register(EnvSpec(
-    name="retail",
-    source=_source("retail"),
-    options=RetailOptions,
-    rule_roles=_rule_roles,
-    prompts=ServiceAgentPrompts("tau2_domain_retail"),
-    demonstrator=_demonstrator,
-    gold_agent=_gold_agent,
-    user_side="scripted or LLM",
-    description="tau2-bench Retail, run by tau2's own tools and evaluator",
-))
+def _register(domain: str, options: type) -> EnvSpec:
+  return register(EnvSpec(
+      name=domain,
+      source=_source(domain),
+      options=options,
+      rule_roles=_rule_roles,
+      prompts=ServiceAgentPrompts(f"tau2_domain_{domain}"),
+      demonstrator=_demonstrator,
+      gold_agent=_gold_agent,
+      user_side="scripted or LLM",
+      description=f"tau2-bench {domain.capitalize()}, run by tau2's own tools and evaluator",
+  ))
 
-AIRLINE = register(EnvSpec(
-    name="airline",
-    source=_source("airline"),
-    options=AirlineOptions,
-    rule_roles=_rule_roles,
-    prompts=ServiceAgentPrompts("tau2_domain_airline"),
-    demonstrator=_demonstrator,
-    gold_agent=_gold_agent,
-    user_side="scripted or LLM",
-    description="tau2-bench Airline, run by tau2's own tools and evaluator",
-))
+
+RETAIL = _register("retail", RetailOptions)
+AIRLINE = _register("airline", AirlineOptions)
