@@ -253,24 +253,8 @@ def test_scripted_user_stops_on_a_refusal_task_and_transfers():
   assert result.done and env.transcript.info["termination"] == "transfer"
 
 
-def test_llm_user_is_taus_user_simulator(monkeypatch):
-  import tau2.user.user_simulator as sim
-
-  seen = []
-
-  def fake_generate(model, messages, tools=None, **kwargs):
-    seen.append((model, kwargs.get("api_base"), [m.role for m in messages]))
-    msg = bridge.tau2_modules()["message"]
-    text = "Hi, I want to cancel a reservation." if len(seen) == 1 else "Thanks, bye. ###STOP###"
-    return msg.AssistantMessage(role="assistant", content=text)
-
-  monkeypatch.setattr(sim, "generate", fake_generate)
-  env = Tau2Env("airline", user="llm", user_url="http://127.0.0.1:30000/v1", user_model="qwen")
-  first = env.reset(find_task("airline", "0"))
-  assert first[1]["content"] == "Hi, I want to cancel a reservation."
-  result = env.step("Sorry, I cannot cancel it.")
-  assert result.done and env.transcript.info["termination"] == "user_stop"
-  assert seen[0][:2] == ("openai/qwen", "http://127.0.0.1:30000/v1") and seen[1][2][0] == "system"
+def test_the_llm_user_needs_a_url():
+  """(the LLM user itself: tests/test_tau2_llm_user.py, against a stand-in server)"""
   with pytest.raises(ValueError, match="user_url"):
     Tau2Env("airline", user="llm")
 

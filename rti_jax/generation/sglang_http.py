@@ -21,13 +21,9 @@ post-temperature values, sample at temperature 1 or recompute them with ``score`
 that the matched stop token is included in ``output_token_logprobs``, and that
 ``max_new_tokens = 0`` scoring requests are accepted.
 
-Deadlines and retries: every request has one total deadline (connect, headers and body
-together: a server that drips its body byte by byte is cut off), ``timeout_s`` for generation
-and ``health_timeout_s`` for health checks. A request that could not connect, or was answered
-5xx / 429, is tried again at most ``max_retries`` times with capped exponential backoff (a
-server's ``Retry-After`` is not obeyed beyond ``max_backoff_s``); a POST whose answer did not
-arrive in time is not sent again (the server may still be running it). After that a
-``BackendUnavailableError`` names the URL. A 4xx answer or a malformed body raises
+Deadlines and retries are ``http_json.HTTPJSONClient``'s: one total deadline per request, bounded
+retries on connection errors and 5xx / 429, a timed-out POST never re-sent, then a
+``BackendUnavailableError`` naming the URL. A 4xx answer or a malformed body raises
 ``SGLangProtocolError`` naming the URL and the field: every answer is checked (types, finite
 log-probs <= 0, non-negative integer token ids, at most ``max_new_tokens`` tokens) before
 anything reaches a batch.
@@ -35,18 +31,15 @@ anything reaches a batch.
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import shutil
 import tempfile
-import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
-import requests
 
 from rti_jax.generation.base import Completion, SamplingParams
+from rti_jax.generation.http_json import HTTPJSONClient
 from rti_jax.generation.sglang_protocol import (BackendUnavailableError, SGLangProtocolError, _aborted,
                                                  _logprob, _triples, parse_generate_item,
                                                  sampling_params_to_sglang)
@@ -62,7 +55,7 @@ def save_with_save_pretrained(model: Any, path: str) -> None:
   save(path)
 
 
-class SGLangHTTPBackend:
+class SGLangHTTPBackend(HTTPJSONClient):
   """A ``GenerationBackend`` served by an SGLang server over HTTP.
 
   base_url: e.g. ``http://127.0.0.1:30000``.
@@ -77,6 +70,9 @@ class SGLangHTTPBackend:
     ``model.save_pretrained(path)``.
   """
 
+  label = "SGLang server"
+  protocol_error = SGLangProtocolError
+
   def __init__(
     self,
     base_url: str,
@@ -90,100 +86,12 @@ class SGLangHTTPBackend:
     save_fn: Callable[[Any, str], None] = save_with_save_pretrained,
     send_seed: bool = False,
   ) -> None:
-    if not base_url.startswith(("http://", "https://")):
-      raise ValueError(f"base_url: expected 'http://host:port', got {base_url!r}")
-    if max_retries < 0:
-      raise ValueError(f"max_retries: expected >= 0, got {max_retries}")
-    for name, value in (("timeout_s", timeout_s), ("health_timeout_s", health_timeout_s)):
-      if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name}: expected a finite number of seconds > 0, got {value}")
-    self.base_url = base_url.rstrip("/")
-    self.timeout_s = timeout_s
-    self.health_timeout_s = health_timeout_s
-    self.max_retries = max_retries
-    self.backoff_s = backoff_s
-    self.max_backoff_s = max_backoff_s
+    super().__init__(base_url, timeout_s=timeout_s, health_timeout_s=health_timeout_s,
+                     max_retries=max_retries, backoff_s=backoff_s, max_backoff_s=max_backoff_s)
     self.weights_dir = weights_dir
     self._own_weights_dir: str | None = None
     self.save_fn = save_fn
     self.send_seed = send_seed
-    self.session = requests.Session()
-
-  # -- HTTP plumbing ---------------------------------------------------------
-
-  def _request(self, method: str, path: str, payload: dict[str, Any] | None = None,
-               timeout_s: float | None = None) -> tuple[int, bytes]:
-    """``(status, body)`` of one request under one total deadline, with bounded retries."""
-    url = f"{self.base_url}{path}"
-    budget = self.timeout_s if timeout_s is None else timeout_s
-    last = ""
-    for attempt in range(self.max_retries + 1):
-      if attempt:
-        time.sleep(self._backoff(attempt, last_retry_after))
-      last_retry_after = None
-      try:
-        status, body, headers = self._once(method, url, payload, budget)
-      except _Deadline as e:  # the server took the request: re-sending could run it twice
-        raise BackendUnavailableError(f"SGLang server at {url} did not answer within {budget:g} s: {e}") from None
-      except requests.ConnectionError as e:
-        last = f"unreachable: {e.__class__.__name__}: {e}"
-        continue
-      if status >= 500 or status == 429:
-        last = f"HTTP {status}: {body[:300]!r}"
-        last_retry_after = headers.get("Retry-After")
-        continue
-      if status >= 400:
-        raise SGLangProtocolError(f"{url}: HTTP {status}: {body[:300]!r}")
-      return status, body
-    raise BackendUnavailableError(f"SGLang server at {url} failed after {self.max_retries} retries; last: {last}")
-
-  def _backoff(self, attempt: int, retry_after: str | None) -> float:
-    wait = self.backoff_s * 2 ** (attempt - 1)
-    try:
-      if retry_after is not None:
-        wait = max(wait, float(retry_after))
-    except ValueError:  # an HTTP date or garbage: our own backoff
-      pass
-    return min(max(wait, 0.0), self.max_backoff_s)
-
-  def _once(self, method: str, url: str, payload: dict[str, Any] | None, budget: float
-            ) -> tuple[int, bytes, Any]:
-    """One try: the connection, the headers and the whole body must arrive before the deadline."""
-    deadline = time.monotonic() + budget
-    try:
-      resp = self.session.request(method, url, json=payload, timeout=(min(budget, 10.0), budget), stream=True)
-    except requests.Timeout as e:
-      if isinstance(e, requests.ConnectTimeout):
-        raise requests.ConnectionError(str(e)) from None
-      raise _Deadline("no answer") from None
-    try:
-      chunks = []
-      while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-          raise _Deadline("the body did not arrive in time")
-        sock = _socket_of(resp)
-        if sock is not None:
-          sock.settimeout(left)
-        try:
-          chunk = resp.raw.read1(65536)
-        except Exception as e:  # urllib3 / socket timeouts and resets while reading the body
-          if time.monotonic() >= deadline or "timed out" in str(e).lower():
-            raise _Deadline("the body did not arrive in time") from None
-          raise requests.ConnectionError(f"{e.__class__.__name__}: {e}") from None
-        if not chunk:
-          break
-        chunks.append(chunk)
-      return resp.status_code, b"".join(chunks), resp.headers
-    finally:
-      resp.close()
-
-  def _post_json(self, path: str, payload: dict[str, Any]) -> Any:
-    _, body = self._request("POST", path, payload)
-    try:
-      return json.loads(body)
-    except (ValueError, RecursionError) as e:
-      raise SGLangProtocolError(f"{self.base_url}{path}: body is not JSON: {body[:300]!r}") from e
 
   # -- health ------------------------------------------------------------------
 
@@ -283,10 +191,7 @@ class SGLangHTTPBackend:
         if "HTTP 404" in str(e) and path != paths[-1]:
           continue
         raise
-      try:
-        return json.loads(body)
-      except (ValueError, RecursionError) as e:
-        raise SGLangProtocolError(f"{self.base_url}{path}: body is not JSON: {body[:300]!r}") from e
+      return self._json(path, body)
     raise AssertionError("unreachable")
 
   def check_server(self, *, max_context: int, model_path: str | None = None) -> dict[str, Any]:
@@ -371,7 +276,7 @@ class SGLangHTTPBackend:
 
   def close(self) -> None:
     """Closes the HTTP session and removes the weights directory the backend made (if any)."""
-    self.session.close()
+    super().close()
     if self._own_weights_dir is not None:
       shutil.rmtree(self._own_weights_dir, ignore_errors=True)
       self._own_weights_dir = None
@@ -399,14 +304,3 @@ class SGLangHTTPBackend:
     return items
 
 
-
-class _Deadline(Exception):
-  """A request's total deadline passed after the server had it."""
-
-
-def _socket_of(resp: requests.Response) -> Any:
-  """The socket under a streamed response (to bound each read by the time left), if reachable."""
-  fp = getattr(resp.raw, "_fp", None)
-  fp = getattr(fp, "fp", None)
-  raw = getattr(fp, "raw", None)
-  return getattr(raw, "_sock", None)

@@ -11,13 +11,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from rti_jax.generation.base import Completion, SamplingParams
+from rti_jax.generation.http_json import BackendUnavailableError, ServerProtocolError
+
+__all__ = ["BackendUnavailableError", "SGLangProtocolError", "parse_generate_item", "sampling_params_to_sglang"]
 
 
-class BackendUnavailableError(RuntimeError):
-  """The server could not be reached (after all retries)."""
-
-
-class SGLangProtocolError(RuntimeError):
+class SGLangProtocolError(ServerProtocolError):
   """The server answered, but not with what the native API promises."""
 
 

@@ -33,6 +33,7 @@ INSTALL_HINT = ('the tau2 domains (retail, airline) need tau2-bench: '
 #: tau2's stop and transfer markers (the user's ``###STOP###`` ends a conversation; so does the agent's)
 STOP = "###STOP###"
 TRANSFER = "###TRANSFER###"
+OUT_OF_SCOPE = "###OUT-OF-SCOPE###"
 #: our episode endings -> tau2's termination reasons (a transfer ends as tau2's user does: a user stop)
 TERMINATION = {"agent_stop": "agent_stop", "user_stop": "user_stop", "transfer": "user_stop",
                "max_turns": "max_steps"}

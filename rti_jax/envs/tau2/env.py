@@ -167,14 +167,16 @@ def completion_note(task: Tau2Task) -> str:
 
 
 class Tau2Env(Environment):
-  """One tau2 Retail / Airline episode at a time; create one instance per concurrent episode.
+  """One tau2 Retail / Airline / Telecom episode at a time; create one instance per concurrent episode.
 
-  domain: ``retail`` or ``airline``.
+  domain: ``retail``, ``airline`` or ``telecom`` (whose customer is given to ``reset``: see the
+    module docstring).
   policy_text: ``full`` (tau2's policy, tau2's tool schemas) or ``condensed`` (``condensed.py``;
     ``compact_schema`` schemas, listed in the system message as ``signature_line`` lines).
   policy: replaces the policy text (the tool list is still added).
-  user: ``scripted`` (``user.ScriptedUser``, offline) or ``llm`` (tau2's user simulator at
-    ``user_url``, model ``user_model``).
+  user: ``scripted`` (``user.ScriptedUser``, offline) or ``llm`` (tau2's user-simulator prompt
+    answered by model ``user_model`` at the OpenAI-compatible ``user_url``, each request within
+    ``user_timeout_s`` seconds and retried at most ``user_max_retries`` times).
   reward: ``fast`` (``bridge.fast_reward``) or ``tau2`` (tau2's ``evaluate_simulation``).
   observation: ``compact`` or ``raw`` tool replies (the log keeps tau2's own either way).
   tools_in_prompt: the system message lists the tools (default); False: the policy text only, and
@@ -184,14 +186,17 @@ class Tau2Env(Environment):
   def __init__(self, domain: str, policy_text: str = "condensed", max_turns: int = MAX_TURNS,
                policy: str | None = None, user: str = "scripted", user_url: str | None = None,
                user_model: str = "default", reward: str = "fast", observation: str = "compact",
-               tools_in_prompt: bool = True) -> None:
-    self.domain = bridge.check_domain(domain)
+               tools_in_prompt: bool = True, user_timeout_s: float = 120.0, user_max_retries: int = 2) -> None:
+    self.domain = bridge.check_domain(domain, bridge.ENV_DOMAINS)
     if not isinstance(max_turns, int) or max_turns < 1:
       raise ValueError(f"max_turns: expected an integer >= 1, got {max_turns!r}")
     if user not in USERS:
       raise ValueError(f"user: expected one of {list(USERS)}, got {user!r}")
     if user == "llm" and not user_url:
       raise ValueError("user_url: the llm user needs the URL of an OpenAI-compatible server, got None")
+    if user == "llm" and self.domain == bridge.TELECOM:
+      raise ValueError("user: the telecom customer runs tools on its phone, which the llm user does not; "
+                       "pass a customer to reset(task, user=...)")
     if reward not in REWARDS:
       raise ValueError(f"reward: expected one of {list(REWARDS)}, got {reward!r}")
     if observation not in OBSERVATIONS:
@@ -201,10 +206,20 @@ class Tau2Env(Environment):
     text = policy if policy is not None else policy_of(self.domain, policy_text)
     self.max_turns = max_turns
     self.user_kind, self.user_url, self.user_model = user, user_url, user_model
+    self._user_client = None
+    if user == "llm":
+      from rti_jax.generation.openai_chat import OpenAIChatClient
+
+      self._user_client = OpenAIChatClient(user_url, user_model, label="user simulator",
+                                           timeout_s=user_timeout_s, max_retries=user_max_retries)
     self.reward_kind = reward
     self.compact = observation == "compact"
     self._schemas = tool_schemas(self.domain, compact=policy_text == "condensed")
     self._tool_names = frozenset(s["function"]["name"] for s in self._schemas)
+    self._user_tool_names = bridge.user_tool_names(self.domain)
+    # Retail / Airline end at a successful transfer call; in Telecom the customer ends the call on
+    # the agent's next message, as in the port (``rti_jax.envs.telecom``)
+    self._transfer_ends = self.domain != bridge.TELECOM
     self._system_prompt = system_prompt(text, self._schemas, with_tools=tools_in_prompt,
                                         compact=policy_text == "condensed")
     self._task: Tau2Task | None = None
@@ -213,36 +228,52 @@ class Tau2Env(Environment):
     self._log: list[Any] = []
     self._writes: list[tuple[str, dict[str, Any]]] = []
     self._n_calls = 0
+    self._ids: Any = None
     self._transcript = Transcript(task_id="")
     self.result: bridge.Tau2Reward | None = None
 
   # --------------------------------------------------------------------------- API
 
-  def reset(self, task: Tau2Task | str) -> list[dict[str, Any]]:
-    """Starts an episode on ``task`` (a ``Tau2Task`` of this domain, or one of tau2's task ids)."""
+  def reset(self, task: Tau2Task | str, user: Any = None) -> list[dict[str, Any]]:
+    """Starts an episode on ``task`` (a ``Tau2Task`` of this domain, or one of tau2's task ids).
+
+    user: plays the customer instead of the environment's own (needed in Telecom): an object with
+      ``opening()`` (the first message; None: the log starts at the agent's first turn) and
+      ``respond(message, done_writes)``, whose reply has ``content``, ``stop`` (None, ``"stop"`` or
+      ``"transfer"``), ``understood`` and, optionally, ``tool_calls``: (name, arguments) pairs the
+      customer runs on its side before answering (``replay.RecordedUser``)."""
     task = find_task(self.domain, task) if isinstance(task, str) else task
     if not isinstance(task, Tau2Task):
       raise TypeError(f"task: expected a Tau2Task or a task id, got {type(task).__name__}")
     if task.domain != self.domain:
       raise ValueError(f"task: {task.task_id!r} is a {task.domain} task, this environment is {self.domain}")
+    if user is None and self.domain == bridge.TELECOM:
+      raise ValueError("user: the telecom customer runs tools on its phone; pass one to reset(task, user=...) "
+                       "(e.g. replay.RecordedUser)")
     msg = bridge.tau2_modules()["message"]
     self._task = task
     self._env = bridge.new_environment(self.domain)
+    self._ids = bridge.episode_ids(self.domain)
     init = task.task.initial_state
     if init is not None:
-      self._env.set_state(initialization_data=init.initialization_data,
-                          initialization_actions=init.initialization_actions,
-                          message_history=list(init.message_history or []))
-    if self.user_kind == "llm":
-      self._user = LLMUser(task.scenario, self.user_url, self.user_model)
+      with bridge.tool_ids(self._ids):
+        self._env.set_state(initialization_data=init.initialization_data,
+                            initialization_actions=init.initialization_actions,
+                            message_history=list(init.message_history or []))
+    if user is not None:
+      self._user = user
+    elif self.user_kind == "llm":
+      self._user = LLMUser(task.scenario, self._user_client)
     else:
       self._user = ScriptedUser(task.scenario, [wish_of(n, a) for n, a in task.write_actions], task.communicate_info)
     self._writes = []
     self._n_calls = 0
     self.result = None
     opening = self._user.opening()
-    self._log = [msg.UserMessage(role="user", content=opening)]
-    messages = [{"role": "system", "content": self._system_prompt}, {"role": "user", "content": opening}]
+    self._log = [] if opening is None else [msg.UserMessage(role="user", content=opening)]
+    messages = [{"role": "system", "content": self._system_prompt}]
+    if opening is not None:
+      messages.append({"role": "user", "content": opening})
     self._transcript = Transcript(task_id=task.task_id, messages=list(messages), info={
         "turns": [], "malformed": 0, "tool_calls": 0, "tool_errors": 0, "unknown_tools": 0, "bad_arguments": 0,
         "guarded_calls": 0, "write_calls": 0, "mixed_turns": 0, "multi_call_turns": 0, "unmapped_user_turns": 0,

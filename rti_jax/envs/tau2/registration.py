@@ -27,10 +27,13 @@ class Tau2Options:
   # ``envs.tau2.condensed`` (a few hundred tokens, for a tiny policy) with compact tool schemas.
   policy_text: str = "condensed"
   # Who plays the customer: scripted = ``envs.tau2.user.ScriptedUser`` (offline, deterministic);
-  # llm = tau2's own user simulator answering through the OpenAI-compatible server at user_url.
+  # llm = tau2's user-simulator prompt answered by the OpenAI-compatible server at user_url.
   user: str = "scripted"
   user_url: Optional[str] = None  # e.g. http://127.0.0.1:30000/v1 (an SGLang server)
   user_model: str = "default"  # the model name sent to that server
+  # Each user request's total deadline and its retries; then the run stops with an error naming the server.
+  user_timeout_s: float = 120.0
+  user_max_retries: int = 2
   # The episode's reward: fast = the live database's hash against the gold one times tau2's
   # communicate check (equal to tau2's evaluator, ``bridge.fast_reward``); tau2 = tau2's
   # evaluate_simulation itself (replays the episode: about 0.3 s Retail, 0.7 s Airline).
@@ -52,6 +55,12 @@ class Tau2Options:
       raise ValueError(f"user_url: expected an http(s) URL, got {self.user_url!r}")
     if not (isinstance(self.user_model, str) and self.user_model.strip()):
       raise ValueError(f"user_model: expected a non-empty model name, got {self.user_model!r}")
+    if isinstance(self.user_timeout_s, bool) or not (isinstance(self.user_timeout_s, (int, float))
+                                                      and 0 < self.user_timeout_s < float("inf")):
+      raise ValueError(f"user_timeout_s: expected a finite number of seconds > 0, got {self.user_timeout_s!r}")
+    if isinstance(self.user_max_retries, bool) or not (isinstance(self.user_max_retries, int)
+                                                        and 0 <= self.user_max_retries <= 10):
+      raise ValueError(f"user_max_retries: expected an integer in [0, 10], got {self.user_max_retries!r}")
 
 
 @dataclasses.dataclass

@@ -23,7 +23,8 @@ it, in this order:
    ``MAX_IDLE`` turns in a row that it could not read.
 
 The scripted user never calls tools (neither domain has user-side tools). It is deterministic.
-``LLMUser`` is tau2's ``UserSimulator`` (its guidelines and the task's scenario) over litellm.
+``LLMUser`` is tau2's user-simulator prompt (its guidelines and the task's scenario) answered by a
+chat model over HTTP (``generation.openai_chat``), with deadlines and bounded retries.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import dataclasses
 import re
 from typing import Any, Iterable
 
-from rti_jax.envs.tau2.bridge import STOP, TRANSFER, tau2_modules
+from rti_jax.envs.tau2.bridge import OUT_OF_SCOPE, STOP, TRANSFER, tau2_modules
 from rti_jax.intervention.leaks import Matcher, fold, numbers_in
 
 MAX_PUSHES = 3  # asks for what is still missing at most this many times in a row without progress
@@ -538,39 +539,54 @@ def _target(arguments: dict[str, Any]) -> str | None:
 
 
 class LLMUser:
-  """tau2's own ``UserSimulator`` (its guidelines plus the task's scenario) answering through an
-  OpenAI-compatible server (``url``, e.g. an SGLang server's ``http://127.0.0.1:30000/v1``).
+  """tau2's user simulator prompt (its global guidelines and the task's scenario, formatted exactly
+  as tau2's ``UserSimulator`` does) answered by a chat model behind an OpenAI-compatible server
+  (``client``: ``generation.openai_chat.OpenAIChatClient``, e.g. an SGLang server's
+  ``http://127.0.0.1:30001/v1``).
 
-  Its state holds only what the user sees: the agent's text turns and its own replies. tau2's
-  ``###STOP###``, ``###TRANSFER###`` and out-of-scope markers end the call.
+  As in tau2, the roles are flipped for the simulator: the agent's turns are ``user`` messages and
+  the simulator's own are ``assistant`` messages, after the agent's greeting. tau2's
+  ``###STOP###``, ``###TRANSFER###`` and out-of-scope markers end the call. The simulator sees only
+  the conversation (never the tool calls). A server that cannot be reached or does not answer in
+  time raises ``BackendUnavailableError`` naming it (after the client's bounded retries); an answer
+  that is not a chat completion raises ``ChatProtocolError`` naming the URL and field: either ends
+  the run (its iteration is discarded) rather than scoring a conversation the user never had. An
+  empty reply is kept as it is and counted (``empty_replies``).
   """
 
   GREETING = "Hi! How can I help you today?"
 
-  def __init__(self, scenario: Any, url: str, model: str = "default", temperature: float = 0.0) -> None:
-    if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
-      raise ValueError(f"user_url: expected an http(s) URL of an OpenAI-compatible server, got {url!r}")
-    from tau2.user.user_simulator import UserSimulator
+  def __init__(self, scenario: Any, client: Any, temperature: float = 0.0, max_tokens: int | None = 1024) -> None:
+    if not callable(getattr(client, "complete", None)):
+      raise TypeError(f"client: expected a chat client with complete(messages), got {type(client).__name__}")
+    tau2_modules()  # tau2 installed (else the install command), litellm kept offline
+    from tau2.user.user_simulator import SYSTEM_PROMPT, get_global_user_sim_guidelines
 
-    msg = tau2_modules()["message"]
-    self._msg = msg
-    self._sim = UserSimulator(instructions=str(scenario), llm=f"openai/{model}",
-                              llm_args={"api_base": url, "api_key": "EMPTY", "temperature": temperature})
-    self._state = self._sim.get_init_state(message_history=[])
+    self.system_prompt = SYSTEM_PROMPT.format(global_user_sim_guidelines=get_global_user_sim_guidelines(False),
+                                              instructions=str(scenario))
+    self.client, self.temperature, self.max_tokens = client, temperature, max_tokens
+    self.history: list[dict[str, str]] = []
+    self.empty_replies = 0
     self._first: str | None = None
+
+  def _reply(self, agent_text: str) -> str:
+    self.history.append({"role": "user", "content": agent_text or " "})
+    text = self.client.complete([{"role": "system", "content": self.system_prompt}, *self.history],
+                                temperature=self.temperature, max_tokens=self.max_tokens)
+    self.empty_replies += int(not text.strip())
+    self.history.append({"role": "assistant", "content": text or " "})
+    return text
 
   def opening(self) -> str:
     if self._first is None:
-      reply, self._state = self._sim.generate_next_message(
-          self._msg.AssistantMessage(role="assistant", content=self.GREETING), self._state)
-      self._first = reply.content or ""
+      self._first = self._reply(self.GREETING)
     return self._first
 
   def respond(self, text: str, done_calls: Iterable[tuple[str, dict[str, Any]]] = ()) -> UserReply:
-    del done_calls  # the LLM user sees only the conversation
-    reply, self._state = self._sim.generate_next_message(
-        self._msg.AssistantMessage(role="assistant", content=text or " "), self._state)
-    content = reply.content or ""
-    if not self._sim.is_stop(reply):
-      return UserReply(content)
-    return UserReply(content, stop="transfer" if TRANSFER in content else "stop")
+    del done_calls  # the simulator sees only the conversation
+    content = self._reply(text)
+    if TRANSFER in content:
+      return UserReply(content, stop="transfer")
+    if STOP in content or OUT_OF_SCOPE in content:
+      return UserReply(content, stop="stop")
+    return UserReply(content)
