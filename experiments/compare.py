@@ -17,6 +17,7 @@ only ever evaluated.
 from __future__ import annotations
 
 import argparse
+import functools
 import pathlib
 import sys
 from typing import Any, Sequence
@@ -115,11 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   test_tasks = args.test_tasks if args.test_tasks is not None else (QUICK_TEST_TASKS if args.quick else None)
   variants = {m: [f"loss.method={m}"] for m in args.methods}
 
-  def source(cfg: Any) -> Any:
-    return experiment.cut_test(registry.task_source(cfg), test_tasks)
-
+  source = functools.partial(experiment.registry_source, test_tasks=test_tasks)
   results = experiment.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
-                           source=source, reuse=args.reuse)
+                           source=source, reuse=args.reuse, jobs=args.jobs)
   results["env"] = args.env
   experiment.print_and_report(results, out, args.env, *summary_rows(results))
   return 0

@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   base = load_config(args.config, overrides)
   variants = sweep_variants(args.deltas, with_grpo=not args.no_grpo)
   results = experiment.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
-                        reuse=args.reuse)
+                        reuse=args.reuse, jobs=args.jobs)
   key = pass_key(base.train.eval_samples)
   cols, rows = sweep_rows(results, key)
   tables = [reporting.print_table(f"Delta sweep, held-out test split ({len(args.seeds)} seed(s); % and counts "

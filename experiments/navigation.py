@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   overrides, out = prepared
   variants = {m: [f"loss.method={m}"] for m in args.methods}
   results = experiment.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
-                reuse=args.reuse)
+                reuse=args.reuse, jobs=args.jobs)
   cols, rows = summary_rows(results)
   table = reporting.print_table(f"Navigation, held-out test split ({len(args.seeds)} seed(s), %)", cols, rows)
   experiment.report(results, out, table, cols, rows, val_rows(results),

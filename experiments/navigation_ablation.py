@@ -195,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   variants = {v: VARIANTS[v] for v in args.variants}
   cfg = load_config(args.config, overrides)
   results = experiment.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
-                        reuse=args.reuse)
+                        reuse=args.reuse, jobs=args.jobs)
   results["corrector"], results["hidden_city_share"] = cfg.intervention.corrector, cfg.env.navigation.hidden_city_share
   report(results, out, f"Navigation ablation, held-out test split ({len(args.seeds)} seed(s), %; Table 3 layout; "
                        f"{cfg.intervention.corrector} Corrector, hidden-city share {cfg.env.navigation.hidden_city_share:g})")

@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("no method left to train", file=sys.stderr)
     return 2
   results = experiment.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
-                        reuse=args.reuse)
+                        reuse=args.reuse, jobs=args.jobs)
   results["skipped"] = skipped
   cols, rows = table1_rows(results, skipped)
   table = reporting.print_table(f"Navigation baselines, held-out test split ({len(args.seeds)} seed(s), %; "

@@ -20,6 +20,7 @@ split is only ever evaluated.
 from __future__ import annotations
 
 import argparse
+import functools
 import pathlib
 import sys
 from typing import Any, Sequence
@@ -60,8 +61,8 @@ def make_source(cfg: Any, test_tasks: int | None) -> Any:
 
 
 def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], methods: Sequence[str], out: pathlib.Path,
-        test_tasks: int | None = None, progress: bool = True, reuse: Sequence[str | pathlib.Path] = ()
-        ) -> dict[str, Any]:
+        test_tasks: int | None = None, progress: bool = True, reuse: Sequence[str | pathlib.Path] = (),
+        jobs: int | None = None) -> dict[str, Any]:
   """Trains each method from the same base policy, budget and seed; evaluates base and each
   on the test split (``rti_jax.experiment.run`` with the Telecom source). ``runs[seed][method]`` is the
   final evaluation, ``runs[seed][method + "_records"]`` the per-iteration metrics (the layout
@@ -71,7 +72,7 @@ def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], methods: 
     raise SystemExit(f"--config {cfg_name}: expected env.name telecom, got {base_cfg.env.name!r}")
   variants = {m: [f"loss.method={m}"] for m in methods}
   return experiment.run(cfg_name, overrides, seeds, variants, out, progress=progress,
-                        source=lambda cfg: make_source(cfg, test_tasks), reuse=reuse)
+                        source=functools.partial(make_source, test_tasks=test_tasks), reuse=reuse, jobs=jobs)
 
 
 def summary_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
@@ -107,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
   test_tasks = args.test_tasks if args.test_tasks is not None else (QUICK_TEST_TASKS if args.quick else None)
   results = run(args.config, overrides, args.seeds, args.methods, out, test_tasks, progress=not args.no_progress,
-                reuse=args.reuse)
+                reuse=args.reuse, jobs=args.jobs)
   experiment.print_and_report(results, out, "Telecom", *summary_rows(results))
   return 0
 

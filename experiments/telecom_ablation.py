@@ -17,6 +17,7 @@ config's own.
 from __future__ import annotations
 
 import argparse
+import functools
 import pathlib
 import sys
 from typing import Sequence
@@ -59,7 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   test_tasks = args.test_tasks if args.test_tasks is not None else (tel_exp.QUICK_TEST_TASKS if args.quick else None)
   variants = {v: nav_ab.VARIANTS[v] for v in args.variants}
   results = experiment.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
-                           source=lambda c: tel_exp.make_source(c, test_tasks), reuse=args.reuse)
+                           source=functools.partial(tel_exp.make_source, test_tasks=test_tasks), reuse=args.reuse,
+                           jobs=args.jobs)
   results["corrector"] = cfg.intervention.corrector
   n_test = next(iter(results["runs"].values()))["base"]["num_tasks"]
   nav_ab.report(results, out, f"Telecom ablation, test split ({n_test} tasks, {len(args.seeds)} seed(s), %; "

@@ -12,9 +12,13 @@ split is only ever evaluated: it picks no checkpoint, stops nothing and tunes no
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import json
+import multiprocessing
+import os
 import pathlib
+import pickle
 import shutil
 import sys
 import time
@@ -39,6 +43,9 @@ def common_parser(prog: str, description: str | None, default_out: str, reuse: b
     p.add_argument("--reuse", nargs="+", default=[], metavar="DIR",
                    help="earlier run directories: a training whose resolved config (seed included) equals one "
                         "finished there is taken from there instead of run again (checked: same base evaluation)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="trainings run side by side, one process each (default: one per CPU core, or RTI_JAX_JOBS); "
+                        "the results do not depend on it")
   p.add_argument("overrides", nargs="*", help="config overrides key=value (anywhere on the line)")
   return p
 
@@ -70,9 +77,61 @@ def split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str] | None
   return args, unknown
 
 
+@dataclasses.dataclass(frozen=True)
+class _Training:
+  """One training of ``run``: what a worker process needs to do it on its own."""
+
+  cfg_name: str
+  overrides: tuple[str, ...]
+  label: str
+  seed: int
+  run_dir: pathlib.Path
+  progress: bool
+  source: Callable[[Any], Any] | None
+  with_base: bool  # also evaluate the base policy of this seed (one training per seed does)
+  bar_line: int | None = None
+
+
+def _train(job: _Training) -> dict[str, Any]:
+  """Trains one variant and evaluates it (and the base policy when ``with_base``) on the test split."""
+  from rti_jax.trainer import Trainer
+
+  cfg = load_config(job.cfg_name, list(job.overrides))
+  trainer = Trainer(cfg, job.run_dir, source=None if job.source is None else job.source(cfg), progress=job.progress)
+  trainer.bar_line = job.bar_line
+  test = trainer.source.test
+  out: dict[str, Any] = {}
+  if job.with_base:  # the base policy, evaluated once per seed with the same sampler
+    out["base"] = trainer.evaluate(test, cfg.train.eval_samples, seed=10_000 + job.seed, desc="eval base")
+  t0 = time.perf_counter()
+  out["records"] = trainer.train(eval_tasks=trainer.monitor_tasks())
+  out["train_s"] = time.perf_counter() - t0
+  out["eval"] = trainer.evaluate(test, cfg.train.eval_samples, seed=10_000 + job.seed, desc=f"eval {job.label}")
+  trainer.export(job.run_dir / "policy")
+  return out
+
+
+def default_jobs() -> int:
+  """Trainings run side by side by default: one per CPU core (a training keeps about one core busy:
+  its Python side, the environment and the sampler's small programs), 1 under multi-host, and
+  ``RTI_JAX_JOBS`` when set."""
+  env = os.environ.get("RTI_JAX_JOBS")
+  if env:
+    return max(1, int(env))
+  return 1 if distributed.process_count() > 1 else max(1, os.cpu_count() or 1)
+
+
+def _picklable(obj: Any) -> bool:
+  try:
+    pickle.dumps(obj)
+    return True
+  except Exception:  # a closure or lambda: the trainings run in this process
+    return False
+
+
 def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants: dict[str, Sequence[str]],
         out: pathlib.Path, progress: bool = True, source: Callable[[Any], Any] | None = None,
-        reuse: Sequence[str | pathlib.Path] = ()) -> dict[str, Any]:
+        reuse: Sequence[str | pathlib.Path] = (), jobs: int | None = None) -> dict[str, Any]:
   """Trains each variant from the same base policy, budget and seed; evaluates base and every variant.
 
   variants: label -> extra config overrides (e.g. ``{"grpo": ["loss.method=grpo"], "rti": [...]}``).
@@ -82,12 +141,13 @@ def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants:
     metrics and training time; ``metrics.jsonl`` is copied). The base policy is still evaluated here,
     and must give exactly the base evaluation stored with the reused run (else ValueError: the run
     was made by other code, data or policy).
+  jobs: trainings run side by side, each in a process of its own (None: ``default_jobs()``). Every training is seeded on its own, so the results are those of one after
+    the other, record for record; only the wall time changes. With 1 (or a multi-host run, or a
+    ``source`` that cannot be sent to another process) they run here, one after the other.
   Returns the results dict: ``runs[seed][label]`` is the final held-out evaluation,
   ``runs[seed][label + "_records"]`` the per-iteration metrics, ``runs[seed]["reused"]`` label ->
   the directory a reused training came from.
   """
-  from rti_jax.trainer import Trainer
-
   results: dict[str, Any] = {"seeds": list(seeds), "methods": ["base", *variants], "variants": dict(variants),
                              "runs": {}}
   base_cfg = load_config(cfg_name, list(overrides))
@@ -95,50 +155,80 @@ def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants:
     (out / "config.yaml").write_text(to_yaml(base_cfg))
   done = reusable_runs(reuse)
   t_all = time.perf_counter()
+  per_seed: dict[int, dict[str, Any]] = {seed: {} for seed in seeds}
+  reused: dict[int, dict[str, dict[str, Any]]] = {seed: {} for seed in seeds}
+  cfgs: dict[tuple[int, str], Any] = {}
+  todo: list[_Training] = []
   for seed in seeds:
-    per_seed: dict[str, Any] = {}
-    reused: dict[str, dict[str, Any]] = {}
-    cfgs = {label: load_config(cfg_name, [*overrides, *extra, f"train.seed={seed}"]) for label, extra in variants.items()}
-    for label, cfg in cfgs.items():
+    for label, extra in variants.items():
+      over = (*overrides, *extra, f"train.seed={seed}")
+      cfg = cfgs[seed, label] = load_config(cfg_name, list(over))
       run_dir = out / f"seed{seed}" / label
       hit = done.get(to_yaml(cfg))
       if hit is not None:
-        reused[label] = hit
-        per_seed[label], per_seed[f"{label}_records"] = hit["eval"], hit["records"]
-        per_seed[f"{label}_train_s"] = hit["train_s"]
+        reused[seed][label] = hit
+        per_seed[seed][label], per_seed[seed][f"{label}_records"] = hit["eval"], hit["records"]
+        per_seed[seed][f"{label}_train_s"] = hit["train_s"]
         run_dir.mkdir(parents=True, exist_ok=True)
         if distributed.is_writer():
           shutil.copyfile(hit["metrics"], run_dir / "metrics.jsonl")
           (run_dir / "REUSED_FROM").write_text(f"{hit['dir']}\n")
           _write_training(run_dir, cfg, hit["eval"], hit["train_s"], hit["base"])
         continue
-      trainer = Trainer(cfg, run_dir, source=None if source is None else source(cfg), progress=progress)
-      test = trainer.source.test
-      if "base" not in per_seed:  # the base policy, evaluated once per seed with the same sampler
-        per_seed["base"] = trainer.evaluate(test, cfg.train.eval_samples, seed=10_000 + seed, desc="eval base")
-      t0 = time.perf_counter()
-      records = trainer.train(eval_tasks=trainer.monitor_tasks())
-      per_seed[f"{label}_train_s"] = time.perf_counter() - t0
-      per_seed[label] = trainer.evaluate(test, cfg.train.eval_samples, seed=10_000 + seed, desc=f"eval {label}")
-      per_seed[f"{label}_records"] = records
-      trainer.export(run_dir / "policy")
-      if distributed.is_writer():
-        _write_training(run_dir, cfg, per_seed[label], per_seed[f"{label}_train_s"], per_seed["base"]["successes"])
-    if "base" not in per_seed:  # every variant was reused: evaluate the base policy for the check
-      cfg = next(iter(cfgs.values()))
+      first = not any(j.seed == seed for j in todo)
+      todo.append(_Training(cfg_name, over, label, seed, run_dir, progress, source, with_base=first))
+  jobs = min(default_jobs() if jobs is None else jobs, len(todo))
+  parallel = jobs > 1 and distributed.process_count() == 1 and _picklable(source)
+  written: set[tuple[int, str]] = set()
+
+  def finished(job: _Training, got: dict[str, Any]) -> None:
+    seed_runs = per_seed[job.seed]
+    if "base" in got:
+      seed_runs["base"] = got["base"]
+    seed_runs[job.label], seed_runs[f"{job.label}_records"] = got["eval"], got["records"]
+    seed_runs[f"{job.label}_train_s"] = got["train_s"]
+    if "base" not in seed_runs or not distributed.is_writer():
+      return
+    for j in todo:  # training.json as soon as the training and its seed's base evaluation are known
+      if j.seed == job.seed and j.label in seed_runs and (j.seed, j.label) not in written:
+        written.add((j.seed, j.label))
+        _write_training(j.run_dir, cfgs[j.seed, j.label], seed_runs[j.label], seed_runs[f"{j.label}_train_s"],
+                        seed_runs["base"]["successes"])
+
+  if parallel:
+    todo = [dataclasses.replace(j, bar_line=i % jobs) for i, j in enumerate(todo)]
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")
+                                                ) as pool:
+      futures = {pool.submit(_train, j): j for j in todo}
+      for fut in concurrent.futures.as_completed(futures):
+        finished(futures[fut], fut.result())
+  else:
+    for job in todo:
+      finished(job, _train(job))
+  for seed in seeds:
+    if "base" not in per_seed[seed]:  # every variant was reused: evaluate the base policy for the check
+      from rti_jax.trainer import Trainer
+
+      cfg = cfgs[seed, next(iter(variants))]
       trainer = Trainer(cfg, out / f"seed{seed}" / "base", source=None if source is None else source(cfg),
                         progress=progress)
-      per_seed["base"] = trainer.evaluate(trainer.source.test, cfg.train.eval_samples, seed=10_000 + seed,
-                                          desc="eval base")
-    for label, hit in reused.items():
-      if hit["base"] != per_seed["base"]["successes"]:
+      per_seed[seed]["base"] = trainer.evaluate(trainer.source.test, cfg.train.eval_samples, seed=10_000 + seed,
+                                                desc="eval base")
+    for label, hit in reused[seed].items():
+      if hit["base"] != per_seed[seed]["base"]["successes"]:
         raise ValueError(f"--reuse {hit['dir']}: its base evaluation of seed {seed} differs from this run's, so "
                          f"its {label!r} training was made by other code, data or policy; run without --reuse")
-    if reused:
-      per_seed["reused"] = {label: hit["dir"] for label, hit in reused.items()}
-    results["runs"][str(seed)] = per_seed
+    if reused[seed]:
+      per_seed[seed]["reused"] = {label: hit["dir"] for label, hit in reused[seed].items()}
+    results["runs"][str(seed)] = _ordered(per_seed[seed], variants)
   results["wall_s"] = time.perf_counter() - t_all
   return results
+
+
+def _ordered(seed_runs: dict[str, Any], variants: dict[str, Sequence[str]]) -> dict[str, Any]:
+  """A seed's entries in the order one-after-the-other running gives (base first, then each variant)."""
+  keys = ["base"] + [k for label in variants for k in (f"{label}_train_s", label, f"{label}_records")] + ["reused"]
+  return {k: seed_runs[k] for k in keys if k in seed_runs}
 
 
 #: Written beside a finished training's metrics.jsonl: its resolved config, held-out evaluation, training
@@ -301,6 +391,14 @@ def cut_test(source: Any, test_tasks: int | None) -> Any:
   if not 1 <= test_tasks <= len(source.test):
     raise SystemExit(f"--test-tasks must be in 1..{len(source.test)}, got {test_tasks}")
   return dataclasses.replace(source, test=list(source.test)[:test_tasks])
+
+
+def registry_source(cfg: Any, test_tasks: int | None = None) -> Any:
+  """The registered environment's task source of ``cfg`` (``env.name``), its test split cut to its
+  first ``test_tasks`` when given (a top-level function, so a worker process can be sent it)."""
+  from rti_jax.envs import registry
+
+  return cut_test(registry.task_source(cfg), test_tasks)
 
 
 def print_and_report(results: dict[str, Any], out: pathlib.Path, title: str, cols: Sequence[str],

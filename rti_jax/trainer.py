@@ -82,7 +82,8 @@ class Trainer:
   """Runs Algorithm 1 for one config (``grpo`` or ``rti`` and its ablations).
 
   cfg: the experiment config. run_dir: where metrics, checkpoints and the exported policy go.
-  source: the tasks (default: from ``cfg.env``). progress: show tqdm bars.
+  source: the tasks (default: from ``cfg.env``). progress: show tqdm bars (``bar_line``: the
+  terminal line of its bars when several trainers share a terminal, each on its own two lines).
   """
 
   def __init__(self, cfg: ExperimentConfig, run_dir: str | pathlib.Path, *, source: TaskSource | None = None,
@@ -96,6 +97,7 @@ class Trainer:
     self.run_dir = pathlib.Path(run_dir)
     self.run_dir.mkdir(parents=True, exist_ok=True)
     self.progress = progress
+    self.bar_line: int | None = None
     self.source = source or registry.task_source(cfg)
     # Validation split (train.val_tasks): the last N train tasks, kept out of RL rollouts.
     n_val = cfg.train.val_tasks
@@ -378,7 +380,8 @@ class Trainer:
     cfg = dataclasses.replace(self.rollout_config, group_size=samples)
     chunk = max(1, self.cfg.rollout.tasks_per_iter * self.cfg.rollout.group_size // samples)
     successes = np.zeros((len(tasks), samples), np.float32)
-    bar = tqdm(total=len(tasks), desc=desc, disable=not self.progress, leave=False)
+    bar = tqdm(total=len(tasks), desc=desc, disable=not self.progress, leave=False,
+               position=None if self.bar_line is None else 2 * self.bar_line + 1)
     for start in distributed.owned(range(0, len(tasks), chunk)):  # all chunks in one process
       part = list(tasks[start:start + chunk])
       groups = rollout_groups(part, self.source.env_factory, self.backend, self.formatter, cfg,
@@ -447,7 +450,7 @@ class Trainer:
     self.maybe_resume()
     start = self.iteration
     bar = tqdm(total=tc.iterations, initial=start, desc=f"{self.cfg.name}:{self.cfg.loss.method}",
-               disable=not self.progress)
+               disable=not self.progress, position=None if self.bar_line is None else 2 * self.bar_line)
     t_start = time.perf_counter()
     while self.iteration < tc.iterations:
       if stop_after is not None and self.iteration - start >= stop_after:

@@ -44,6 +44,9 @@ if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
 
 # Runs of experiments/run.py started by tests keep no compiled programs in the user's cache.
 os.environ.setdefault("RTI_JAX_COMPILE_CACHE", "off")
+# The test workers already fill the cores: experiments train their variants one after the other
+# unless a test asks for side-by-side trainings (--jobs).
+os.environ.setdefault("RTI_JAX_JOBS", "1")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

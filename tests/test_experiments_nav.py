@@ -23,7 +23,7 @@ from rti_jax.config import load_config, to_yaml
 from rti_jax.envs.source import TaskSource
 from rti_jax.intervention.judges import Correction, ValidatorJudgement, VerifierJudgement
 from rti_jax.intervention.pipeline import InterventionRoles
-from rti_jax.trainer import Trainer
+from rti_jax.trainer import TIMING_KEYS, Trainer
 from trainer_fixtures import LengthRewardEnv
 
 
@@ -188,6 +188,19 @@ def test_reuse_takes_equal_trainings_from_earlier_runs_and_checks_the_base(ablat
   with pytest.raises(ValueError, match="base evaluation of seed 0 differs"):
     delta_sweep.main(["--quick", "--no-progress", "--out", str(tmp_path / "delta2"), "--deltas", "inf",
                       "--reuse", str(tampered), *_tiny(nav_policy)])
+  # The same trainings side by side in two worker processes: the same records and evaluations.
+  side = tmp_path / "side_by_side"
+  assert delta_sweep.main(["--quick", "--no-progress", "--out", str(side), "--deltas", "3", "--jobs", "2",
+                           *_tiny(nav_policy)]) == 0
+  par = _results(side)["runs"]["0"]
+  assert "reused" not in par
+  for label in ("base", "grpo", "delta_3"):
+    assert par[label] == runs[label], label
+  strip = lambda d: [{k: v for k, v in r.items() if k not in TIMING_KEYS}  # noqa: E731
+                     for r in reporting.read_jsonl(d / "metrics.jsonl")]
+  assert strip(side / "seed0" / "grpo") == strip(ablation_out / "seed0" / "grpo")
+  assert strip(side / "seed0" / "delta_3") == strip(out / "seed0" / "delta_3")
+  assert all((side / "seed0" / label / "training.json").exists() for label in ("grpo", "delta_3"))
   with pytest.raises(ValueError, match="no finished training"):
     delta_sweep.main(["--quick", "--no-progress", "--out", str(tmp_path / "x"), "--reuse", str(tmp_path / "none"),
                       *_tiny(nav_policy)])
