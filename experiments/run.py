@@ -74,6 +74,9 @@ def use_compile_cache(where: str, min_compile_s: float = 0.5) -> str | None:
   pathlib.Path(where).mkdir(parents=True, exist_ok=True)
   jax.config.update("jax_compilation_cache_dir", where)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_s))
+  # the worker processes of side-by-side trainings (rti_jax.experiment.run) read it from the environment
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = where
+  os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = str(float(min_compile_s))
   return where
 
 
@@ -99,7 +102,17 @@ def main(argv: Sequence[str] | None = None) -> int:
   if not args.help:
     use_compile_cache(args.compile_cache or default_compile_cache())
   module = importlib.import_module(EXPERIMENTS[args.exp][0])
-  result = module.main((["--help"] if args.help else []) + rest)
+  from rti_jax.generation.http_json import BackendUnavailableError, ServerProtocolError
+
+  try:
+    result = module.main((["--help"] if args.help else []) + rest)
+  except (BackendUnavailableError, ServerProtocolError) as e:
+    # A server the run depends on (generation, a judge, the user simulator) is gone or broken: the
+    # iteration it was in never reached an update, and each training keeps its last checkpoint.
+    print(f"run.py --exp={args.exp}: stopped: {e}\nNothing of the unfinished iteration was kept; once the server "
+          "is back, the same command with --out <the run directory> resumes every training from its last "
+          "checkpoint.", file=sys.stderr)
+    return 1
   return int(result or 0)
 
 
