@@ -10,21 +10,31 @@ gold fix skipped in turn, repeated and excessive calls, calls that fail, the fix
 orders, random device-tool walks, tools and arguments tau2's domain does not accept, and gold
 replays of recombined tasks (built as tau2 tasks). The sweep (about 2,900 episodes) is slow; the
 fast tests check the interface (same tools and arguments as tau2, tau2's replies, a few episodes).
+
+The same episodes also go through the generic adapter (``rti_jax.envs.tau2``: ``Tau2Env`` over
+tau2's Telecom environment, ``replay.replay``): every recorded assistant turn through
+``Tau2Env.step``, the customer's device-tool calls through tau2's user tools, scored by
+``Tau2Env.score`` (tau2's evaluator on the adapter's own message log). The adapter must end each
+episode as the port did and give it the port's reward (``adapter_mismatches``).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import hashlib
 import inspect
 import random
 import sys
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
 pytest.importorskip("tau2", reason='tau2-bench is not installed (the tau2 extra: pip install -e ".[tau2]")')
 
+from rti_jax.envs.tau2 import replay as rp  # noqa: E402
+from rti_jax.envs.tau2.env import Tau2Env  # noqa: E402
 from rti_jax.envs.telecom import agent_tools as at  # noqa: E402
 from rti_jax.envs.telecom import device_tools as dt  # noqa: E402
 from rti_jax.envs.telecom import tau2_bridge as tb  # noqa: E402
@@ -233,6 +243,86 @@ def mismatches(family: str, records: list[dict[str, Any]]) -> list[str]:
   return out
 
 
+def adapter_mismatches(family: str, records: list[dict[str, Any]], adapter: Tau2Env,
+                       shared: SharedEvaluations | None = None) -> list[str]:
+  """One line per episode that the adapter (``replay.replay`` in the Telecom ``Tau2Env`` ``adapter``,
+  scored by tau2's evaluator on the adapter's log, or with ``shared`` by the evaluation of an
+  identical log made before) does not end by the port's ending (a ``ReplayError``), or whose reward
+  differs from the port's, or (for a scored ending) whose ENV_ASSERTION / ACTION basis differs from
+  whether all of the port's env assertions / expected actions held."""
+  out = []
+  for rec in records:
+    try:
+      with shared.reusing() if shared is not None else contextlib.nullcontext():
+        theirs = rp.replay(rec, adapter).result
+    except rp.ReplayError as e:
+      out.append(f"{family}: {rec['task'].task_id}: the adapter plays it otherwise: {e}")
+      continue
+    ours = rec["evaluation"]
+    held = {"ENV_ASSERTION": float(all(ok for _, ok in ours["assertions"])),
+            "ACTION": float(all(ok for _, ok in ours["actions"]))}
+    checks_differ = any(v != held[k] for k, v in theirs.breakdown.items() if k in held)
+    if theirs.reward != rec["reward"] or checks_differ:
+      out.append(f"{family}: {rec['task'].task_id}: ours {rec['reward']} ({rec['termination']}) "
+                 f"{ours['assertions']} {ours['actions']} vs the adapter {theirs.reward} {theirs.breakdown}")
+  return out
+
+
+def _log(messages: list[Any]) -> list[dict[str, Any]]:
+  """tau2 messages as data, without their creation times."""
+  return [m.model_dump(mode="json", exclude={"timestamp"}) for m in messages]
+
+
+class SharedEvaluations:
+  """tau2's ``evaluate_simulation`` with its answers kept, and handed out again inside ``reusing()``
+  for an identical input: the same domain, evaluation type, task (as JSON), ending and message log
+  (every message as JSON, its creation time aside; the evaluator reads neither that nor the run's id
+  and start time). Both callers here, ``tau2_bridge.score`` and the adapter's ``bridge.tau2_reward``,
+  pin tau2's process-wide Telecom state (bill ids counted from 0, the VPN record fresh) before each
+  call, so the answer is a function of that input. Outside ``reusing()`` every call is evaluated.
+  ``counts``: inputs ``evaluated`` and ``reused``."""
+
+  def __init__(self, evaluate: Any, keep: int = 4096) -> None:
+    self.evaluate, self.keep = evaluate, keep
+    self.seen: collections.OrderedDict[str, Any] = collections.OrderedDict()
+    self.counts: collections.Counter[str] = collections.Counter()
+    self.reuse = False
+
+  @contextlib.contextmanager
+  def reusing(self) -> Iterator[None]:
+    self.reuse = True
+    try:
+      yield
+    finally:
+      self.reuse = False
+
+  def __call__(self, simulation: Any, task: Any, evaluation_type: Any, solo_mode: bool, domain: str) -> Any:
+    parts = [domain, str(evaluation_type), str(solo_mode), str(simulation.termination_reason), task.model_dump_json()]
+    parts += [m.model_dump_json(exclude={"timestamp"}) for m in simulation.messages]
+    key = hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    if self.reuse and key in self.seen:
+      self.counts["reused"] += 1
+      return self.seen[key]
+    self.counts["evaluated"] += 1
+    info = self.evaluate(simulation=simulation, task=task, evaluation_type=evaluation_type, solo_mode=solo_mode,
+                         domain=domain)
+    self.seen[key] = info
+    self.seen.move_to_end(key)
+    while len(self.seen) > self.keep:
+      self.seen.popitem(last=False)
+    return info
+
+
+@pytest.fixture
+def shared_evaluations() -> Iterator[SharedEvaluations]:
+  """``SharedEvaluations`` in place of tau2's ``evaluate_simulation`` for one test."""
+  ev = tb.tau2_modules()["evaluator"]
+  shared = SharedEvaluations(ev.evaluate_simulation)
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(ev, "evaluate_simulation", shared)
+    yield shared
+
+
 # ----------------------------------------------------------------------------- fast tests
 
 
@@ -305,6 +395,51 @@ def test_scoring_does_not_depend_on_earlier_episodes():
   assert tb.score(rec).reward == rec["reward"] == 1.0
 
 
+def test_the_adapter_replays_episodes_as_the_port_plays_them():
+  """Gold, do-nothing, a skipped fix, an ACTION-scored task, a transfer and device calls made outside
+  a reply, each replayed through ``Tau2Env``: the port's ending and reward, by tau2's evaluator on the
+  adapter's own log and by the adapter's fast reward; the log is the bridge's, message for message."""
+  env, adapter = TelecomEnv(), Tau2Env("telecom", reward="tau2")
+  task = TASKS[0]
+  skip = next(t for t in TASKS if t.task_id.startswith("[mobile_data_issue]") and len(t.user_actions) >= 2)
+  action = next(t for t in TASKS if "ACTION" in t.reward_basis)
+  transfer = next(t for t in TASKS if any(a.name == "transfer_to_human_agents" for a in t.actions))
+  probe = gold_steps(task)[:2] + [("user", "check_status_bar", {}), ("user", "toggle_data", {"on": "true"})]
+  cases = [(task, gold_steps(task), 1.0), (task, DoNothingAgent(task), 0.0),
+           (skip, gold_steps(skip, skip.actions[1:]), 0.0), (action, gold_steps(action), 1.0),
+           (transfer, gold_steps(transfer), 1.0), (task, probe, 0.0)]
+  endings = set()
+  for case, how, want in cases:
+    rec = play(env, case, how)
+    played = rp.replay(rec, adapter)
+    assert rec["reward"] == played.result.reward == played.score("fast").reward == want, case.task_id
+    assert played.result.method == "tau2" and played.transcript.info["termination"] == rec["termination"]
+    assert _log(played.tau2_messages) == _log(tb.tau2_messages(rec))
+    assert not adapter_mismatches("few", [rec], adapter)
+    endings.add(rec["termination"])
+  assert endings == {"user_stop", "agent_stop", "transfer"}
+  user_replies = [m for m in played.tau2_messages if m.role == "tool" and m.requestor == "user"]
+  assert [m.content.startswith("Status Bar: ") for m in user_replies] == [True, False]
+  assert user_replies[1].error  # tau2's own answer to an argument toggle_data does not take
+  turns = played.transcript.info["turns"]
+  assert [t["user_calls"][0]["name"] for t in turns if t["assistant"] is None] == ["check_status_bar", "toggle_data"]
+
+
+def test_the_adapter_rejects_a_record_it_does_not_play_the_same_way():
+  env = TelecomEnv()
+  rec = play_steps(env, TASKS[0], gold_steps(TASKS[0]))
+  assert rec["termination"] == "user_stop"
+  with pytest.raises(rp.ReplayError, match="ends by agent_stop"):
+    rp.replay({**rec, "termination": "agent_stop"})
+  last = rec["turns"][-1]
+  with pytest.raises(rp.ReplayError, match="record has none"):
+    rp.replay({**rec, "turns": rec["turns"][:-1] + [{**last, "user_reply": None, "user_calls": []}]})
+  with pytest.raises(ValueError, match="pass one to reset"):
+    Tau2Env("telecom").reset(rp.telecom_task(TASKS[0]))
+  with pytest.raises(ValueError, match="llm user does not"):
+    Tau2Env("telecom", user="llm", user_url="http://127.0.0.1:1/v1")
+
+
 def test_recombined_task_becomes_a_tau2_task():
   task = recombined_tasks(load_split("train"), 1, seed=0)[0]
   theirs = tb.tau2_task(task)
@@ -334,17 +469,24 @@ def test_score_rejects_unknown_termination():
 
 
 @pytest.mark.slow
-def test_rewards_equal_tau2_on_every_episode():
-  env = TelecomEnv()
-  counts, bad = {}, []
+def test_rewards_equal_tau2_on_every_episode(shared_evaluations):
+  """Every episode: the port's reward equals tau2's on the bridge's messages (``mismatches``), and the
+  adapter replays it to the same ending and reward (``adapter_mismatches``). The adapter's log is
+  scored by tau2's evaluator; where that log is identical to the bridge's (``shared_evaluations``
+  says what identical means), the bridge's evaluation of it is reused instead of run twice."""
+  env, adapter = TelecomEnv(), Tau2Env("telecom", reward="tau2")
+  counts, bad, bad_adapter = {}, [], []
   for family, items in families().items():
     records = [play(env, task, how) for task, how in items]
     counts[family] = len(records)
     bad += mismatches(family, records)
+    bad_adapter += adapter_mismatches(family, records, adapter, shared_evaluations)
   total = sum(counts.values())
-  print(f"tau2 parity: {total} episodes {counts}")
+  print(f"tau2 parity: {total} episodes {counts}; tau2 evaluations: {dict(shared_evaluations.counts)}")
   assert total >= 1000, counts
   assert not bad, f"{len(bad)} of {total} episodes differ from tau2:\n" + "\n".join(bad[:40])
+  assert not bad_adapter, (f"{len(bad_adapter)} of {total} episodes differ in the adapter:\n"
+                          + "\n".join(bad_adapter[:40]))
 
 
 POLICY = "policies/telecom_base"
@@ -379,4 +521,6 @@ def test_shipped_policy_episodes_match_tau2(policy_records):
   print("shipped policy:", len(policy_records), "episodes,", collections.Counter(
       (r["termination"], r["reward"]) for r in policy_records))
   bad = mismatches("shipped_policy", policy_records)
+  assert not bad, "\n".join(bad)
+  bad = adapter_mismatches("shipped_policy", policy_records, Tau2Env("telecom", reward="tau2"))
   assert not bad, "\n".join(bad)

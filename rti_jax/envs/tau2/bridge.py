@@ -14,6 +14,20 @@ Everything that touches the ``tau2`` package goes through here and imports it la
   the gold one (compared as objects first, then by tau2's hash; the gold hash cached per task), times tau2's own communicate (and, where a task lists
   them, action and env-assertion) checks. It equals ``tau2_reward`` on every episode the tests and
   ``python -m rti_jax.envs.tau2 check-reward`` compare.
+
+Telecom: ``Tau2Env`` also runs tau2's Telecom domain (``ENV_DOMAINS``; ``DOMAINS``, the domains with
+generated tasks, rules and a scripted customer, stays Retail and Airline). Its customer has tools of
+its own on a simulated phone (``user_tool_names``), run through tau2's user-tool path. Two pieces of
+tau2's Telecom tools would make an episode's tool replies depend on what ran before it in the
+process; they are pinned as ``rti_jax.envs.telecom.tau2_bridge`` pins them for the port's parity
+tests (no rule changes):
+
+* a refuel that opens a new bill names it with ``uuid4``: each episode names its bills from its own
+  counter (``episode_ids``, installed around every tool call by ``tool_ids``), and ``tau2_reward``
+  scores with a counter restarted at 0, so tau2's replay of the episode names them the same way;
+* ``connect_vpn`` hands every phone one shared VPN record, which the ``break_vpn`` fault degrades for
+  the rest of the process: each environment from ``new_environment`` gets its own fresh copy, and
+  ``tau2_reward`` restores the shared one before tau2's evaluator builds its environments.
 """
 
 from __future__ import annotations
@@ -25,9 +39,13 @@ import functools
 import os
 import threading
 import warnings
-from typing import Any
+from typing import Any, Iterator
 
+#: the domains with generated tasks, rules, a scripted customer and the command line (``__main__``)
 DOMAINS = ("retail", "airline")
+TELECOM = "telecom"
+#: every domain ``Tau2Env`` runs
+ENV_DOMAINS = DOMAINS + (TELECOM,)
 INSTALL_HINT = ('the tau2 domains (retail, airline) need tau2-bench: '
                 'pip install -e ".[tau2]" -c constraints.txt -c constraints-tau2.txt')
 #: tau2's stop and transfer markers (the user's ``###STOP###`` ends a conversation; so does the agent's)
@@ -39,6 +57,8 @@ TERMINATION = {"agent_stop": "agent_stop", "user_stop": "user_stop", "transfer":
                "max_turns": "max_steps"}
 
 _LOCK = threading.Lock()
+#: held while tau2's Telecom tools name new bills from an episode's counter (a module-wide setting)
+_TELECOM_LOCK = threading.RLock()
 
 
 @functools.cache
@@ -52,6 +72,7 @@ def tau2_modules() -> dict[str, Any]:
     from tau2.data_model import message, simulation, tasks
     from tau2.domains.airline import environment as airline
     from tau2.domains.retail import environment as retail
+    from tau2.domains.telecom import environment as telecom
     from tau2.environment import toolkit
     from tau2.evaluator import evaluator, evaluator_action, evaluator_communicate
     from tau2.utils import utils
@@ -59,18 +80,19 @@ def tau2_modules() -> dict[str, Any]:
     raise ImportError(f"{INSTALL_HINT} ({e})") from e
   return {"message": message, "simulation": simulation, "tasks": tasks, "evaluator": evaluator,
           "action": evaluator_action, "communicate": evaluator_communicate, "toolkit": toolkit,
-          "utils": utils, "retail": retail, "airline": airline}
+          "utils": utils, "retail": retail, "airline": airline, "telecom": telecom}
 
 
-def check_domain(domain: str) -> str:
-  if domain not in DOMAINS:
-    raise ValueError(f"domain: expected one of {list(DOMAINS)}, got {domain!r}")
+def check_domain(domain: str, allowed: tuple[str, ...] = DOMAINS) -> str:
+  """``domain`` if it is one of ``allowed`` (default ``DOMAINS``), else a ValueError naming them."""
+  if domain not in allowed:
+    raise ValueError(f"domain: expected one of {list(allowed)}, got {domain!r}")
   return domain
 
 
 def domain_module(domain: str) -> Any:
-  """tau2's ``tau2.domains.<domain>.environment`` module."""
-  return tau2_modules()[check_domain(domain)]
+  """tau2's ``tau2.domains.<domain>.environment`` module (any of ``ENV_DOMAINS``)."""
+  return tau2_modules()[check_domain(domain, ENV_DOMAINS)]
 
 
 @functools.cache
@@ -81,10 +103,64 @@ def _pristine(domain: str) -> tuple[type, dict[str, Any]]:
   return type(db), db.model_dump()
 
 
+@functools.cache
+def _pristine_user(domain: str) -> tuple[type, dict[str, Any]] | None:
+  """The domain's user-side database class and contents (Telecom's phone), None without one."""
+  env = domain_module(domain).get_environment()
+  if env.user_tools is None:
+    return None
+  db = env.user_tools.db
+  return type(db), db.model_dump()
+
+
 def new_environment(domain: str) -> Any:
-  """A fresh tau2 environment of ``domain`` over its own copy of the initial database."""
+  """A fresh tau2 environment of ``domain`` over its own copy of the initial database (and, for
+  Telecom, of the phone's, with its own fresh VPN record: see the module docstring)."""
   cls, dump = _pristine(domain)
-  return domain_module(domain).get_environment(db=cls.model_validate(dump))
+  if domain != TELECOM:
+    return domain_module(domain).get_environment(db=cls.model_validate(dump))
+  user_cls, user_dump = _pristine_user(domain)
+  env = domain_module(domain).get_environment(db=cls.model_validate(dump), user_db=user_cls.model_validate(user_dump))
+  phone = env.user_tools
+  excellent = _telecom_bridge().tau2_modules()["user_data_model"].PerformanceLevel.EXCELLENT
+  phone.default_vpn_details = type(phone).default_vpn_details.model_copy(update={"server_performance": excellent})
+  return env
+
+
+def _telecom_bridge() -> Any:
+  """``rti_jax.envs.telecom.tau2_bridge``: the port's link to tau2's Telecom, whose pins this module
+  shares (imported on first use)."""
+  from rti_jax.envs.telecom import tau2_bridge
+
+  return tau2_bridge
+
+
+def episode_ids(domain: str) -> Any:
+  """A fresh counter that names the new bills of one ``domain`` episode (Telecom), else None."""
+  return _telecom_bridge()._CountingIds() if domain == TELECOM else None
+
+
+@contextlib.contextmanager
+def tool_ids(ids: Any) -> Iterator[None]:
+  """While inside, tau2's Telecom tools name new bills from ``ids`` (``episode_ids``); nothing for
+  None. Held under a lock: the setting is module-wide."""
+  if ids is None:
+    yield
+    return
+  tools = _telecom_bridge().tau2_modules()["tools"]
+  with _TELECOM_LOCK:
+    saved, tools.uuid = tools.uuid, ids
+    try:
+      yield
+    finally:
+      tools.uuid = saved
+
+
+@functools.cache
+def user_tool_names(domain: str) -> frozenset[str]:
+  """The tools the customer runs itself (Telecom's phone tools; none in Retail and Airline)."""
+  env = domain_module(domain).get_environment()
+  return frozenset(env.user_tools.tools) if env.user_tools is not None else frozenset()
 
 
 @functools.cache
@@ -159,16 +235,19 @@ def _replay(domain: str, task: Any) -> tuple[Any, list[int], list[str]]:
   """A fresh environment with ``task``'s initial state and gold calls applied; (env, failing, outputs)."""
   msg = tau2_modules()["message"]
   env = new_environment(domain)
+  ids = episode_ids(domain)
   init = task.initial_state
   if init is not None:
-    env.set_state(initialization_data=init.initialization_data,
-                  initialization_actions=init.initialization_actions,
-                  message_history=list(init.message_history or []))
+    with tool_ids(ids):
+      env.set_state(initialization_data=init.initialization_data,
+                    initialization_actions=init.initialization_actions,
+                    message_history=list(init.message_history or []))
   failing, outputs = [], []
   actions = (task.evaluation_criteria.actions or []) if task.evaluation_criteria else []
   for i, action in enumerate(actions):
-    reply = env.get_response(msg.ToolCall(id=f"gold_{i}", name=action.name, arguments=dict(action.arguments),
-                                          requestor=action.requestor))
+    with tool_ids(ids):
+      reply = env.get_response(msg.ToolCall(id=f"gold_{i}", name=action.name, arguments=dict(action.arguments),
+                                            requestor=action.requestor))
     outputs.append(reply.content or "")
     if reply.error:
       failing.append(i)
@@ -254,12 +333,15 @@ def simulation_run(task: Any, messages: list[Any], termination: str) -> Any:
 
 
 def tau2_reward(domain: str, task: Any, messages: list[Any], termination: str) -> Tau2Reward:
-  """tau2's ``evaluate_simulation`` (``EvaluationType.ALL``) of the episode ``messages``."""
+  """tau2's ``evaluate_simulation`` (``EvaluationType.ALL``) of the episode ``messages`` (Telecom: with
+  a bill counter restarted at 0 and the shared VPN record restored, see the module docstring)."""
   ev = tau2_modules()["evaluator"]
-  with quiet_serializer():
+  check_domain(domain, ENV_DOMAINS)
+  with quiet_serializer(), tool_ids(episode_ids(domain)):
+    if domain == TELECOM:
+      _telecom_bridge()._fresh_vpn_server()
     info = ev.evaluate_simulation(simulation=simulation_run(task, messages, termination), task=task,
-                                  evaluation_type=ev.EvaluationType.ALL, solo_mode=False,
-                                  domain=check_domain(domain))
+                                  evaluation_type=ev.EvaluationType.ALL, solo_mode=False, domain=domain)
   breakdown = {getattr(k, "value", str(k)): float(v) for k, v in (info.reward_breakdown or {}).items()}
   db_match = None if info.db_check is None else bool(info.db_check.db_match)
   comm = tuple((c.info, bool(c.met)) for c in info.communicate_checks or [])

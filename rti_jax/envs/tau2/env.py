@@ -1,4 +1,5 @@
-"""A tau2 Retail or Airline conversation as an ``rti_jax.envs.base.Environment``, run by tau2's own code.
+"""A tau2 Retail, Airline or Telecom conversation as an ``rti_jax.envs.base.Environment``, run by tau2's
+own code.
 
 Episode (at most ``max_turns`` assistant turns):
 
@@ -23,6 +24,16 @@ Two inputs never reach tau2, because its tools would not return on them: a ``cal
 with ``**`` or over ``MAX_EXPRESSION_CHARS`` characters (Python would evaluate a power tower for
 hours), and arguments that are not a JSON object. They get an error observation, counted as
 ``guarded_calls``, and do not enter the message log (neither changes the database).
+
+Telecom (tau2's ``tau2.domains.telecom``): the customer also acts, with tools on its simulated phone
+(toggle_data, reboot_device, set_network_mode_preference, ...). Its tool calls, which come with its
+reply (the reply's ``tool_calls``) or from ``run_user_tool``, run through tau2's user-tool path and
+enter the log as tau2's orchestrator logs them: a user message with the calls, then tau2's replies,
+then the customer's text; turn records gain ``user_calls``. There is no offline customer of Telecom
+here (the fast port ``rti_jax.envs.telecom`` has one, over its own state), so ``reset`` takes the
+customer as ``user=``: ``replay.replay`` plays an episode of the port this way, step by step. A
+successful ``transfer_to_human_agents`` call does not end a Telecom episode; the customer ends it
+(``###TRANSFER###``) on the agent's next message, as in the port.
 """
 
 from __future__ import annotations
@@ -90,10 +101,15 @@ def tool_schemas(domain: str, compact: bool) -> list[dict[str, Any]]:
 
 
 def policy_of(domain: str, policy_text: str) -> str:
-  """The policy text for ``policy_text`` (``full``: tau2's own; ``condensed``: ``condensed.py``)."""
+  """The policy text for ``policy_text`` (``full``: tau2's own; ``condensed``: ``condensed.py``, or
+  for Telecom the port's ``rti_jax.envs.telecom.condensed.CONDENSED_POLICY``)."""
   if policy_text == "full":
     return bridge.policy_text(domain)
   if policy_text == "condensed":
+    if domain == bridge.TELECOM:
+      from rti_jax.envs.telecom.condensed import CONDENSED_POLICY
+
+      return CONDENSED_POLICY
     return condensed_policy(domain)
   raise ValueError(f"policy_text: expected one of {list(POLICY_TEXTS)}, got {policy_text!r}")
 
@@ -292,6 +308,8 @@ class Tau2Env(Environment):
     parsed = parse_assistant_turn(assistant_text)
     record: dict[str, Any] = {"turn": self._transcript.num_turns, "assistant": assistant_text, "calls": [],
                               "user_reply": None}
+    if self._user_tool_names:
+      record["user_calls"] = []
     new: list[dict[str, Any]] = []
     termination = None
     if parsed.tool_calls or parsed.errors:
@@ -307,7 +325,7 @@ class Tau2Env(Environment):
         if tau2_call is not None:
           calls.append(tau2_call)
           replies.append(reply)
-          if call.name == "transfer_to_human_agents" and not reply.error:
+          if call.name == "transfer_to_human_agents" and not reply.error and self._transfer_ends:
             termination = "transfer"
       if calls:
         self._log.append(msg.AssistantMessage(role="assistant", content=parsed.content or None, tool_calls=calls))
@@ -321,6 +339,9 @@ class Tau2Env(Environment):
         termination = "agent_stop"
       else:
         reply = self._user.respond(parsed.content, list(self._writes))
+        user_calls = list(getattr(reply, "tool_calls", None) or ())
+        if user_calls:
+          record["user_calls"] = self._run_user_calls(user_calls)
         record["user_reply"] = reply.content
         info["unmapped_user_turns"] += int(not reply.understood)
         self._log.append(msg.UserMessage(role="user", content=reply.content or " "))
@@ -341,6 +362,20 @@ class Tau2Env(Environment):
 
   def tool_schemas(self) -> list[dict[str, Any]]:
     return [dict(s) for s in self._schemas]
+
+  def run_user_tool(self, name: str, arguments: dict[str, Any]) -> str:
+    """Runs the customer's tool ``name`` (Telecom's phone tools) through tau2's user-tool path, outside
+    a reply to the agent (to replay a recorded episode, or to probe the tools): logged as a user
+    message with the call plus tau2's reply, and kept as a turn record without an assistant text.
+    Returns tau2's reply."""
+    if self._task is None or self._transcript.done:
+      raise RuntimeError("run_user_tool() needs an episode in progress: call reset(task) first")
+    if not self._user_tool_names:
+      raise ValueError(f"run_user_tool: the {self.domain} customer has no tools")
+    calls = self._run_user_calls([(name, arguments)])
+    self._transcript.info["turns"].append({"turn": self._transcript.num_turns, "assistant": None, "calls": [],
+                                           "user_calls": calls, "user_reply": None})
+    return calls[0]["output"]
 
   def reward_evidence(self) -> dict[str, Any]:
     """The task's reward-side evidence (privileged, never shown to the policy). Keys:
@@ -367,7 +402,7 @@ class Tau2Env(Environment):
         "evaluation_criteria": {
             "actions": [{**fmt(n, a), "fails_on_purpose": i in failing} for i, (n, a) in enumerate(task.gold_actions)],
             "communicate_info": list(task.communicate_info), "reward_basis": basis},
-        "agent_side_tools": sorted(self._tool_names), "user_side_tools": [],
+        "agent_side_tools": sorted(self._tool_names), "user_side_tools": sorted(self._user_tool_names),
         "write_tools": sorted(bridge.tool_info(self.domain)[1]),
         "known_info": str(getattr(task.scenario.instructions, "known_info", "") or ""),
     }
@@ -401,7 +436,7 @@ class Tau2Env(Environment):
     two None for a guarded call that never reached tau2."""
     info = self._transcript.info
     info["tool_calls"] += 1
-    guard = _guard(name, arguments)
+    guard = _guard(name, arguments, self._tool_names)
     if guard:
       info["guarded_calls"] += 1
       info["tool_errors"] += 1
@@ -410,7 +445,7 @@ class Tau2Env(Environment):
     msg = bridge.tau2_modules()["message"]
     self._n_calls += 1
     call = msg.ToolCall(id=f"call_{self._n_calls}", name=name, arguments=dict(arguments), requestor="assistant")
-    with bridge.quiet_serializer():
+    with bridge.quiet_serializer(), bridge.tool_ids(self._ids):
       reply = self._env.get_response(call)
     content = reply.content or ""
     if reply.error:
@@ -425,6 +460,25 @@ class Tau2Env(Environment):
     output = render_observation(content, self.compact)
     record["calls"].append({"name": name, "arguments": arguments, "output": output, "error": bool(reply.error)})
     return output, call, reply
+
+  def _run_user_calls(self, calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Runs the customer's ``calls`` (name, arguments) in order through tau2's user-tool path
+    (``requestor="user"``), numbered with the agent's calls; logs one user message with every call,
+    then tau2's replies. Returns per call {name, arguments, output (tau2's text), error}."""
+    msg = bridge.tau2_modules()["message"]
+    tool_calls, replies = [], []
+    for name, arguments in calls:
+      if not isinstance(arguments, dict):
+        raise TypeError(f"arguments of the user's {name!r} call: expected a dict, got {type(arguments).__name__}")
+      self._n_calls += 1
+      call = msg.ToolCall(id=f"call_{self._n_calls}", name=str(name), arguments=dict(arguments), requestor="user")
+      with bridge.quiet_serializer(), bridge.tool_ids(self._ids):
+        replies.append(self._env.get_response(call))
+      tool_calls.append(call)
+    self._log.append(msg.UserMessage(role="user", content=None, tool_calls=tool_calls))
+    self._log.extend(replies)
+    return [{"name": c.name, "arguments": c.arguments, "output": r.content or "", "error": bool(r.error)}
+            for c, r in zip(tool_calls, replies)]
 
   def _counters(self) -> dict[str, Any]:
     return {k: v for k, v in self._transcript.info.items() if k not in ("turns", "evaluation")}
@@ -450,11 +504,12 @@ class Tau2Env(Environment):
     return StepResult(messages=new, done=True, reward=self.result.reward, info=self._counters())
 
 
-def _guard(name: str, arguments: Any) -> str:
-  """The error for a call tau2 must not run (see the module docstring), else ""."""
+def _guard(name: str, arguments: Any, tools: frozenset[str]) -> str:
+  """The error for a call tau2 must not run (see the module docstring), else "". ``tools``: the
+  domain's agent tools (a ``calculate`` call where there is none is tau2's unknown-tool error)."""
   if not isinstance(arguments, dict):
     return f"Error: the arguments of {name!r} must be a JSON object"
-  if name == "calculate":
+  if name == "calculate" and name in tools:
     expr = arguments.get("expression")
     if isinstance(expr, str) and ("**" in expr or len(expr) > MAX_EXPRESSION_CHARS):
       return (f"Error: expression must use only + - * / and parentheses, at most {MAX_EXPRESSION_CHARS} "
