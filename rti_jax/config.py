@@ -209,6 +209,10 @@ class MeshConfig:
   # (iteration key, k); each process rolls out its own contiguous block of slices. 0 = one slice per
   # process. A run's results depend on this count, not on how many processes share the slices.
   rollout_slices: int = 0
+  # A process that stops sending heartbeats (killed, out of memory, preempted) for this many seconds
+  # ends the job: every other process exits non-zero with an error naming it (JAX's coordination
+  # service); the restarted job resumes from the last checkpoint.
+  heartbeat_timeout_s: int = 100
 
 
 @dataclasses.dataclass
@@ -380,7 +384,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
   free = [k for k in axes if _get(cfg, k) == -1]
   if len(free) > 1:
     raise ConfigError(f"{free[-1]}: at most one mesh axis may be -1 (the remaining devices), got -1 for {free}")
-  for key, low in (("mesh.num_processes", 0), ("mesh.process_id", -1), ("mesh.rollout_slices", 0)):
+  for key, low in (("mesh.num_processes", 0), ("mesh.process_id", -1), ("mesh.rollout_slices", 0),
+                   ("mesh.heartbeat_timeout_s", 1)):
     if _get(cfg, key) < low:
       raise ConfigError(f"{key}: expected an integer >= {low}, got {_get(cfg, key)}")
   if cfg.mesh.num_processes and cfg.mesh.process_id >= cfg.mesh.num_processes:

@@ -52,6 +52,14 @@ def initialize(mesh_cfg: Any) -> bool:
 
   Unset settings come from ``RTI_COORDINATOR`` / ``RTI_NUM_PROCESSES`` / ``RTI_PROCESS_ID``, and
   what is still unset from JAX's own cluster detection (SLURM, Open MPI, Kubernetes, Cloud TPU).
+
+  A lost process: when one process stops sending heartbeats for ``mesh.heartbeat_timeout_s``
+  seconds (killed, out of memory, preempted), JAX's coordination service ends every other process
+  (non-zero exit, "The following tasks are unhealthy (stopped sending heartbeats): <process ids>",
+  or, when process 0 is the one lost, "Failed to send RPC to coordination service ... the leader
+  task ... died"), whether it was waiting in a collective, a barrier or working alone. Nothing
+  partial is kept: metrics lines are appended whole per finished iteration and checkpoints are
+  renamed into place once complete, so restarting every process resumes from the last checkpoint.
   """
   if jax.distributed.is_initialized():
     return jax.process_count() > 1
@@ -66,7 +74,8 @@ def initialize(mesh_cfg: Any) -> bool:
   if num and pid >= num:
     raise ValueError(f"mesh.process_id: expected < mesh.num_processes={num}, got {pid}")
   jax.distributed.initialize(coordinator_address=coordinator, num_processes=num or None,
-                             process_id=pid if pid >= 0 else None)
+                             process_id=pid if pid >= 0 else None,
+                             heartbeat_timeout_seconds=int(getattr(mesh_cfg, "heartbeat_timeout_s", 100)))
   return jax.process_count() > 1
 
 

@@ -33,6 +33,7 @@ from rti_jax.intervention.stats import InterventionStats
 from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
 from rti_jax.generation.base import SamplingParams
 from rti_jax.policy.tokenizer import byte_tokenizer
+from rti_jax.trainer import TIMING_KEYS
 from intervention_doubles import BigramBackend, MiniNavEnv, mini_nav_tasks
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -278,3 +279,76 @@ def test_two_processes_train_like_one_process_of_eight_devices(toy_policy, tmp_p
   assert "full/metrics.jsonl" in p0 and "full/policy/config.json" in p0 and "result.json" in p0
   assert len((multi / "full" / "metrics.jsonl").read_text().splitlines()) == 2
   assert sorted(p.name for p in (multi / "full" / "ckpt").iterdir() if p.name.isdigit()) == ["1", "2"]
+
+
+# --- a process lost mid-run -----------------------------------------------------------------------
+
+HEARTBEAT_S = 10
+
+
+def _run_pair(policy: str, run_dir: pathlib.Path, kill: str, victim: int, at: int, cache: pathlib.Path,
+              log_dir: pathlib.Path, timeout: float = 300.0) -> tuple[list[int | None], list[str], float | None]:
+  """Both processes of one launch: exit codes, logs, and how long the survivor lived after the victim died."""
+  port = str(_free_port())
+  env = dict(_env(), JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+             JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
+  logs = [log_dir / f"{kill}_{at}_process_{i}.log" for i in range(2)]
+  handles = [open(log, "w") for log in logs]
+  procs = [subprocess.Popen([sys.executable, str(HERE / "_multihost_kill_check.py"), policy, str(run_dir), str(i),
+                             port, kill, str(victim), str(at), str(HEARTBEAT_S)],
+                            stdout=h, stderr=subprocess.STDOUT, env=env, cwd=HERE.parent) for i, h in enumerate(handles)]
+  deadline, died, survived = time.monotonic() + timeout, None, None
+  try:
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+      if died is None and procs[victim].poll() is not None and kill != "none":
+        died = time.monotonic()
+      time.sleep(0.2)
+    if died is not None:
+      survived = time.monotonic() - died
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+    for h in handles:
+      h.close()
+  return [p.returncode for p in procs], [log.read_text(errors="replace") for log in logs], survived
+
+
+@pytest.mark.slow
+def test_a_killed_process_ends_the_job_and_a_restart_resumes_exactly(toy_policy, tmp_path):
+  """SIGKILL one process mid-rollout (process 1, iteration 2), then, after a restart, mid-update
+  (process 0, the coordinator, iteration 3): each time the survivor exits non-zero within the
+  heartbeat timeout plus a margin, naming the lost process; only finished iterations are on disk;
+  the final restart resumes to the uninterrupted run's records."""
+  cache, logs = tmp_path / "cache", tmp_path / "logs"
+  logs.mkdir()
+
+  def metrics(run_dir: pathlib.Path) -> list[dict]:
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING_KEYS}
+            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+  def checkpoints(run_dir: pathlib.Path) -> list[str]:
+    return sorted(p.name for p in (run_dir / "ckpt").iterdir() if p.name.isdigit())
+
+  codes, texts, _ = _run_pair(toy_policy, tmp_path / "reference", "none", 0, 0, cache, logs)
+  assert codes == [0, 0], "\n".join(t[-3000:] for t in texts)
+  full = metrics(tmp_path / "reference")
+  assert [r["iteration"] for r in full] == [1, 2, 3]
+
+  run = tmp_path / "run"
+  codes, texts, survived = _run_pair(toy_policy, run, "rollout", 1, 2, cache, logs)
+  assert codes[1] == -signal.SIGKILL and codes[0] not in (0, None), (codes, texts[0][-3000:])
+  assert survived is not None and survived < HEARTBEAT_S + 60, survived
+  assert re.search(r"stopped sending heartbeats\):\s*1\b", texts[0]), texts[0][-3000:]
+  assert metrics(run) == full[:1] and checkpoints(run) == ["1"]
+
+  codes, texts, survived = _run_pair(toy_policy, run, "update", 0, 3, cache, logs)
+  assert codes[0] == -signal.SIGKILL and codes[1] not in (0, None), (codes, texts[1][-3000:])
+  assert survived is not None and survived < HEARTBEAT_S + 60, survived
+  assert "leader task" in texts[1] and "died" in texts[1], texts[1][-3000:]
+  assert metrics(run) == full[:2] and checkpoints(run) == ["1", "2"]
+
+  codes, texts, _ = _run_pair(toy_policy, run, "none", 0, 0, cache, logs)
+  assert codes == [0, 0], "\n".join(t[-3000:] for t in texts)
+  assert metrics(run) == full
