@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import pathlib
 import sys
 from typing import Any, Sequence
 
 import numpy as np
 
 from rti_jax import experiment, objectives
-from rti_jax.config import CONFIG_DIR, load_config
+from rti_jax.config import CONFIG_DIR
 from rti_jax.envs import registry
 
 QUICK = [
@@ -109,9 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   if prepared is None:
     return 2
   overrides, out = prepared
-  path = load_config(args.config, overrides).policy.path
-  if not pathlib.Path(path).is_dir():
-    print(f"policy.path: {path} is not a directory (a local HF checkpoint; set policy.path=...)", file=sys.stderr)
+  if not experiment.policy_dir_exists(args.config, overrides, " (a local HF checkpoint; set policy.path=...)"):
     return 2
   test_tasks = args.test_tasks if args.test_tasks is not None else (QUICK_TEST_TASKS if args.quick else None)
   variants = {m: [f"loss.method={m}"] for m in args.methods}

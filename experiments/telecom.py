@@ -101,10 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   if prepared is None:
     return 2
   overrides, out = prepared
-  path = load_config(args.config, overrides).policy.path
-  if not pathlib.Path(path).is_dir():
-    print(f"policy.path: {path} is not a directory; build the base policy first: "
-          f"python experiments/run.py --exp=telecom_sft --policy-dir {path}", file=sys.stderr)
+  if not experiment.policy_dir_exists(args.config, overrides, "; build the base policy first: python "
+                                     "experiments/run.py --exp=telecom_sft --policy-dir {path}"):
     return 2
   test_tasks = args.test_tasks if args.test_tasks is not None else (QUICK_TEST_TASKS if args.quick else None)
   results = run(args.config, overrides, args.seeds, args.methods, out, test_tasks, progress=not args.no_progress,

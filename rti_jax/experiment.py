@@ -44,8 +44,8 @@ def common_parser(prog: str, description: str | None, default_out: str, reuse: b
                    help="earlier run directories: a training whose resolved config (seed included) equals one "
                         "finished there is taken from there instead of run again (checked: same base evaluation)")
     p.add_argument("--jobs", type=int, default=None,
-                   help="trainings run side by side, one process each (default: one per CPU core, or RTI_JAX_JOBS); "
-                        "the results do not depend on it")
+                   help="trainings run side by side, one process each (default 1, or RTI_JAX_JOBS): for hosts with "
+                        "more cores than one training uses; the results do not depend on it")
   p.add_argument("overrides", nargs="*", help="config overrides key=value (anywhere on the line)")
   return p
 
@@ -64,6 +64,16 @@ def prepare_run(args: argparse.Namespace, unknown: Sequence[str], quick: Sequenc
   out = pathlib.Path(args.out) if args.out else reporting.make_run_dir("runs", name)
   out.mkdir(parents=True, exist_ok=True)
   return overrides, out
+
+
+def policy_dir_exists(cfg_name: str, overrides: Sequence[str], hint: str = "") -> bool:
+  """Whether the config's ``policy.path`` is a directory; if not, says so on stderr (``hint``, with
+  ``{path}`` filled in, follows the message)."""
+  path = load_config(cfg_name, list(overrides)).policy.path
+  if pathlib.Path(path).is_dir():
+    return True
+  print(f"policy.path: {path} is not a directory" + hint.replace("{path}", str(path)), file=sys.stderr)
+  return False
 
 
 def split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str] | None
@@ -112,13 +122,25 @@ def _train(job: _Training) -> dict[str, Any]:
 
 
 def default_jobs() -> int:
-  """Trainings run side by side by default: one per CPU core (a training keeps about one core busy:
-  its Python side, the environment and the sampler's small programs), 1 under multi-host, and
-  ``RTI_JAX_JOBS`` when set."""
+  """Trainings run side by side by default: ``RTI_JAX_JOBS`` when set, else 1 (one training's update
+  already keeps two CPU cores busy: two side by side on two cores took longer than one after the
+  other, docs/benchmarks.md); always 1 under multi-host."""
+  if distributed.process_count() > 1:
+    return 1
   env = os.environ.get("RTI_JAX_JOBS")
-  if env:
-    return max(1, int(env))
-  return 1 if distributed.process_count() > 1 else max(1, os.cpu_count() or 1)
+  return max(1, int(env)) if env else 1
+
+
+def _end_with_parent() -> None:
+  """A worker process is sent SIGTERM when the run that started it dies (Linux), so no training
+  goes on alone after its run was stopped."""
+  try:
+    import ctypes
+    import signal
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+  except (OSError, AttributeError):  # not Linux: the worker ends when its task does
+    pass
 
 
 def _picklable(obj: Any) -> bool:
@@ -197,8 +219,8 @@ def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants:
 
   if parallel:
     todo = [dataclasses.replace(j, bar_line=i % jobs) for i, j in enumerate(todo)]
-    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")
-                                                ) as pool:
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=_end_with_parent) as pool:
       futures = {pool.submit(_train, j): j for j in todo}
       for fut in concurrent.futures.as_completed(futures):
         finished(futures[fut], fut.result())
@@ -401,6 +423,44 @@ def registry_source(cfg: Any, test_tasks: int | None = None) -> Any:
   return cut_test(registry.task_source(cfg), test_tasks)
 
 
+def summed_stats(records: Sequence[dict[str, Any]]) -> Any:
+  """One ``InterventionStats``: the ``rti/*`` counters of ``records`` (metrics lines) summed."""
+  from rti_jax.intervention.stats import InterventionStats
+
+  names = [f.name for f in dataclasses.fields(InterventionStats) if f.name != "verifier_reasons"]
+  total = InterventionStats()
+  for r in records:
+    reasons = {k.split("/", 2)[2]: int(v) for k, v in r.items() if k.startswith("rti/verifier_rejected/")}
+    total = total.merge(InterventionStats(**{n: r.get(f"rti/{n}", 0) or 0 for n in names}, verifier_reasons=reasons))
+  return total
+
+
+def table6_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+  """Table 6 for every variant that intervened (``rti/groups_triggered`` > 0): per statistic,
+  ``count / denominator (share)`` or a mean, summed over the iterations and seeds of each."""
+  import math
+
+  methods = [m for m in results["methods"] if m != "base"]
+  stats = {m: summed_stats([r for run in results["runs"].values() for r in run.get(f"{m}_records", [])])
+           for m in methods}
+  shown = [m for m in methods if stats[m].groups_triggered > 0]
+  if not shown:
+    return [], []
+  rows: list[list[Any]] = []
+  for i, (name, *_rest) in enumerate(stats[shown[0]].table()):
+    rows.append([name] + [(lambda c, d, x: f"{int(c)} / {int(d)}" + ("" if math.isnan(x) else f" ({100 * x:.1f}%)"))(
+        *stats[m].table()[i][1:]) for m in shown])
+  reasons = sorted({k for m in shown for k in stats[m].verifier_reasons})
+  for k in reasons:
+    rows.append([f"  rejected: {k}"] + [stats[m].verifier_reasons.get(k, 0) for m in shown])
+  for i, (name, *_rest) in enumerate(stats[shown[0]].averages()):
+    rows.append([name] + [(lambda c, d, x: "-" if math.isnan(x) else f"{x:.1f}")(*stats[m].averages()[i][1:])
+                          for m in shown])
+  rows.append(["mean PPL of applied corrections"] + [
+      "-" if math.isnan(stats[m].mean_accepted_ppl) else f"{stats[m].mean_accepted_ppl:.3f}" for m in shown])
+  return ["statistic", *shown], rows
+
+
 def print_and_report(results: dict[str, Any], out: pathlib.Path, title: str, cols: Sequence[str],
                      rows: Sequence[Any]) -> None:
   """Prints the main table, ``"<title>, test split (N tasks, S seed(s), %)"``, then ``report``s it
@@ -420,6 +480,11 @@ def report(results: dict[str, Any], out: pathlib.Path, table: str, cols: Sequenc
   if vrows:
     tables.append(reporting.print_table(val_title, vcols, vrows))
     results["validation"] = {"columns": vcols, "rows": vrows}
+  tcols, trows = table6_rows(results)
+  if trows:
+    tables.append(reporting.print_table("Intervention statistics (Table 6; summed over iterations and seeds)",
+                                        tcols, trows))
+    results["table6"] = {"columns": tcols, "rows": trows}
   results["table"] = {"columns": list(cols), "rows": list(rows)}
   results["per_seed"] = {"columns": scols, "rows": srows}
   write_results(results, out, tables)

@@ -24,8 +24,8 @@ from rti_jax import reporting
 from rti_jax.config import load_config
 from rti_jax.generation.jax_backend import JaxBackend
 from rti_jax.generation.sglang_protocol import BackendUnavailableError, SGLangProtocolError
-from rti_jax.trainer import TIMING_KEYS, Trainer
-from test_resume_kill import toy_source
+from rti_jax.trainer import Trainer
+from test_resume_kill import _strip, toy_source
 from test_sglang_http import FakeSGLang, _handler
 from trainer_fixtures import WORDS, write_random_qwen
 
@@ -83,10 +83,6 @@ def config(policy: str, url: str):
       "rollout.max_new_tokens=6", "rollout.max_context=128", "train.iterations=4", "train.checkpoint_every=2",
       "optim.lr=0.01", "train.eval_every=100", "train.val_tasks=0", "rollout.backend=sglang",
       f"rollout.sglang_url={url}", "loss.behaviour_logp=recompute"])
-
-
-def _strip(records):
-  return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
 
 
 @pytest.fixture(scope="module")

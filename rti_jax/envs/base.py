@@ -80,6 +80,33 @@ class Environment(abc.ABC):
     return {}
 
 
+class ConversationEnv(Environment):
+  """The turn bookkeeping of a conversation with tools and a user (tau2-Telecom, the tau2 adapter):
+  a subclass keeps its episode in ``_transcript`` (whose ``info["turns"]`` lists one record per
+  turn), counts in ``_counters()`` and scores an ended episode in ``_finish(new, termination)``."""
+
+  _transcript: Transcript
+
+  @abc.abstractmethod
+  def _counters(self) -> dict[str, Any]:
+    """The episode's counters for ``StepResult.info``."""
+
+  @abc.abstractmethod
+  def _finish(self, new: list[dict[str, Any]], termination: str) -> StepResult:
+    """Scores the ended episode; the last step's result."""
+
+  def _end_turn(self, new: list[dict[str, Any]], record: dict[str, Any], termination: str | None) -> StepResult:
+    """Closes one turn: ``new`` messages into the transcript, ``record`` into its turns, the turn
+    limit applied (``"max_turns"``); the episode ends when ``termination`` is set."""
+    if termination is None and self._transcript.num_turns >= self.max_turns:
+      termination = "max_turns"
+    self._transcript.messages.extend(new)
+    self._transcript.info["turns"].append(record)
+    if termination is None:
+      return StepResult(messages=new, done=False, info=self._counters())
+    return self._finish(new, termination)
+
+
 def run_episode(env: Environment, agent: Any, task: Any) -> Transcript:
   """Plays one episode of ``agent`` (``act(messages) -> str``, the messages so far) on ``task``;
   returns the finished transcript."""

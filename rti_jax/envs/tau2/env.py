@@ -42,7 +42,7 @@ import json
 import re
 from typing import Any
 
-from rti_jax.envs.base import Environment, StepResult, Transcript
+from rti_jax.envs.base import ConversationEnv, StepResult, Transcript
 from rti_jax.envs.navigation.env import TOOLS_FOOTER, TOOLS_HEADER
 from rti_jax.envs.tau2 import bridge
 from rti_jax.envs.tau2.bridge import STOP
@@ -182,7 +182,7 @@ def completion_note(task: Tau2Task) -> str:
   return "; ".join(parts)
 
 
-class Tau2Env(Environment):
+class Tau2Env(ConversationEnv):
   """One tau2 Retail / Airline / Telecom episode at a time; create one instance per concurrent episode.
 
   domain: ``retail``, ``airline`` or ``telecom`` (whose customer is given to ``reset``: see the
@@ -348,13 +348,7 @@ class Tau2Env(Environment):
         new.append({"role": "user", "content": reply.content})
         if reply.stop:
           termination = "transfer" if reply.stop == "transfer" else "user_stop"
-    if termination is None and self._transcript.num_turns >= self.max_turns:
-      termination = "max_turns"
-    self._transcript.messages.extend(new)
-    info["turns"].append(record)
-    if termination is None:
-      return StepResult(messages=new, done=False, info=self._counters())
-    return self._finish(new, termination)
+    return self._end_turn(new, record, termination)
 
   @property
   def transcript(self) -> Transcript:

@@ -24,7 +24,7 @@ import importlib.resources
 import json
 from typing import Any
 
-from rti_jax.envs.base import Environment, StepResult, Transcript
+from rti_jax.envs.base import ConversationEnv, StepResult, Transcript
 from rti_jax.envs.navigation.env import TOOLS_FOOTER, TOOLS_HEADER
 from rti_jax.envs.telecom import agent_tools as at
 from rti_jax.envs.telecom import device_tools as dt
@@ -63,7 +63,7 @@ def system_prompt(policy: str | None = None, with_tools: bool = True) -> str:
   return f"{text}\n\n{TOOLS_HEADER}\n{schemas}\n{TOOLS_FOOTER}"
 
 
-class TelecomEnv(Environment):
+class TelecomEnv(ConversationEnv):
   """One tau2-Telecom episode at a time; create one instance per concurrent episode.
 
   policy: replaces the policy text (e.g. a condensed policy for a tiny model).
@@ -148,13 +148,7 @@ class TelecomEnv(Environment):
         info["unmapped_user_turns"] += int(not reply.understood)
         new.append({"role": "user", "content": reply.content})
         termination = reply.stop and ("transfer" if reply.stop == "transfer" else "user_stop")
-    if termination is None and self._transcript.num_turns >= self.max_turns:
-      termination = "max_turns"
-    self._transcript.messages.extend(new)
-    info["turns"].append(record)
-    if termination is None:
-      return StepResult(messages=new, done=False, info=self._counters())
-    return self._finish(new, termination)
+    return self._end_turn(new, record, termination)
 
   @property
   def transcript(self) -> Transcript:
