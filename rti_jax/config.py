@@ -110,6 +110,14 @@ class InterventionConfig:
   max_attempts: int = _INTERVENTION.num_intervened_rollouts  # intervened rollouts tried per all-fail group
   # Corrector samples tried per flagged step (redrawn when a check rejects one)
   correction_attempts: int = _INTERVENTION.correction_attempts
+  # LLM judges (validator / verifier = llm; the policy itself, or the model at intervener_url):
+  # the answer budget (a thinking model's reasoning included: an answer cut short is malformed);
+  # the prompt + answer budget (0: rollout.max_context; a longer judge prompt is not sent, the step
+  # is skipped and counted as rti/*_over_context); and the share of malformed answers per LLM role
+  # and iteration above which the run stops with an error (judged on at least 8 answers).
+  judge_max_new_tokens: int = 1024
+  judge_max_context: int = 0
+  max_malformed_rate: float = 0.5
 
 
 @dataclasses.dataclass
@@ -313,6 +321,12 @@ def _validate_env_sections(cfg: ExperimentConfig) -> None:
                           f"env.name={cfg.env.name!r}")
 
 
+def judge_context(cfg: ExperimentConfig) -> int:
+  """The LLM judges' prompt + answer budget in tokens (``intervention.judge_max_context``, 0:
+  ``rollout.max_context``)."""
+  return cfg.intervention.judge_max_context or cfg.rollout.max_context
+
+
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
   """Checks choices and ranges; raises ``ConfigError`` naming the key."""
   for key, value in _leaves(cfg):
@@ -410,6 +424,21 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
   if b.aepo_entropy_tokens < 1:
     raise ConfigError(f"baselines.aepo_entropy_tokens: expected an integer >= 1, got {b.aepo_entropy_tokens!r}")
   runtime_configs(cfg)  # the runtime classes' own checks, reported by YAML key
+  i = cfg.intervention
+  if i.judge_max_new_tokens < 1:
+    raise ConfigError(f"intervention.judge_max_new_tokens: expected an integer >= 1, got {i.judge_max_new_tokens}")
+  if i.judge_max_context < 0:
+    raise ConfigError(f"intervention.judge_max_context: expected 0 (rollout.max_context) or a token count, got "
+                      f"{i.judge_max_context}")
+  budget = judge_context(cfg)
+  if not i.intervener_url and budget > cfg.rollout.max_context:
+    raise ConfigError(f"intervention.judge_max_context: the policy judges itself within its sampler's "
+                      f"rollout.max_context={cfg.rollout.max_context}, got {budget}")
+  if "llm" in (i.validator, i.verifier) and i.judge_max_new_tokens >= budget:
+    raise ConfigError(f"intervention.judge_max_new_tokens: expected fewer than the judge's context budget of "
+                      f"{budget} tokens (room for the prompt), got {i.judge_max_new_tokens}")
+  if not 0 <= i.max_malformed_rate <= 1:
+    raise ConfigError(f"intervention.max_malformed_rate: expected a share in [0, 1], got {i.max_malformed_rate}")
   return cfg
 
 

@@ -46,8 +46,7 @@ from rti_jax import config as config_lib
 from rti_jax.config import ExperimentConfig
 from rti_jax.envs import registry
 from rti_jax.envs.source import TaskSource
-from rti_jax.generation.base import GenerationBackend
-from rti_jax.intervention import judges
+from rti_jax.generation.base import GenerationBackend, SamplingParams
 from rti_jax.intervention import pipeline
 from rti_jax.metrics import paper_summary
 from rti_jax.rollout import ChatFormatter, Trajectory, rollout_groups, turn_counts
@@ -191,22 +190,26 @@ class Trainer:
   # --- set-up ------------------------------------------------------------------------------
 
   def _build_roles(self) -> pipeline.InterventionRoles:
+    """The roles through ``pipeline.make_roles``: self-intervention by default (the policy's own
+    backend, its tokenizer, a chat without tools for the judges), or the model at
+    ``intervention.intervener_url`` judging and writing the corrections (same tokenizer family).
+    The Corrector samples u~_k from p_cal = p_roll + the message of intervention.corrector (paper:
+    App. A.1's inputs with the evidence, to be concealed; feedback: diagnosis + visible-only hint),
+    which the pipeline builds and scores log pi_cal under (Eq. 5); see pipeline.intervened_step."""
     icfg = self.cfg.intervention
-    judge_backend: GenerationBackend = self.backend
+    judge = judge_formatter = None
     if icfg.intervener_url:
       from rti_jax.generation.sglang_http import SGLangHTTPBackend
 
-      judge_backend = SGLangHTTPBackend(icfg.intervener_url)
-    # The Corrector samples u~_k from p_cal = p_roll + the message of intervention.corrector (paper: App. A.1's
-    # inputs with the evidence, to be concealed; feedback: diagnosis + visible-only hint), which the pipeline
-    # builds and scores log pi_cal under (Eq. 5); see pipeline.intervened_step.
-    corrector = judges.PolicyCorrector(judge_backend, self.sampling, self.formatter.end_of_turn_id)
-    llm = judges.JudgeLLM(judge_backend, self.formatter) if "llm" in (icfg.validator, icfg.verifier) else None
-    rules = (pipeline.rule_roles(self.source.domain, registry.options_of(self.cfg, self.source.domain)) if "rules" in (icfg.validator, icfg.verifier)
-             else (None, None))
-    validator: Any = judges.LLMValidator(llm) if icfg.validator == "llm" else rules[0]
-    verifier: Any = {"off": None, "llm": judges.LLMVerifier(llm) if llm else None, "rules": rules[1]}[icfg.verifier]
-    return pipeline.InterventionRoles(validator=validator, corrector=corrector, verifier=verifier)
+      judge = SGLangHTTPBackend(icfg.intervener_url)
+      judge_formatter = ChatFormatter(self.tokenizer, end_of_turn=self.formatter.end_of_turn)
+    return pipeline.make_roles(
+        icfg.validator, self.backend, self.formatter, self.sampling, validator=icfg.validator,
+        verifier=icfg.verifier, judge=judge, judge_formatter=judge_formatter,
+        judge_sampling=SamplingParams(max_new_tokens=icfg.judge_max_new_tokens, temperature=0.0),
+        judge_max_context_tokens=config_lib.judge_context(self.cfg),
+        corrector="intervener" if icfg.intervener_url else "policy", domain=self.source.domain,
+        rule_options=registry.options_of(self.cfg, self.source.domain))
 
   def _permutation(self, epoch: int) -> np.ndarray:
     rng = np.random.default_rng([self.cfg.train.seed, epoch])
@@ -271,6 +274,10 @@ class Trainer:
       groups, mixed_stats = self.hooks.after_intervention(groups, tasks)  # e.g. LUFFY's demonstrations
       t_int = time.perf_counter()
     rewards_after = np.asarray([[t.reward for t in g] for g in groups], np.float32)
+    icfg = self.cfg.intervention
+    # Judges that write nothing usable stop the run here, before the update (the batch is discarded).
+    pipeline.check_malformed(istats, [r for r, kind in (("validator", icfg.validator), ("verifier", icfg.verifier))
+                                      if kind == "llm"], icfg.max_malformed_rate)
     update_metrics = self.update(groups)
     self.backend.sync_weights(distributed.process_local(self.policy(), self.rollout_mesh))
     t_end = time.perf_counter()

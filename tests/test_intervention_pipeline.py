@@ -404,10 +404,10 @@ def test_correction_prompt_over_the_context_budget_keeps_the_draft(tok, fmt):
   assert not any(FEEDBACK_MARKER in c for c in policy.calls)  # nothing over budget reached the backend
 
 
-def test_judge_prompt_over_budget_gets_the_conservative_default(tok):
+def test_judge_prompt_over_budget_is_not_sent(tok):
   judge = ScriptedPolicy(tok, lambda p: '{"is_valid": false}', scripted_logp())
   llm = JudgeLLM(judge, ChatFormatter(tok), SamplingParams(max_new_tokens=32, temperature=0.0), max_context_tokens=80)
-  assert llm.ask(["short", "x" * 500]) == ['{"is_valid": false}', ""]
+  assert llm.ask(["short", "x" * 500]) == ['{"is_valid": false}', None]  # None: the role skips the step
   assert len(judge.calls) == 1
 
 

@@ -82,6 +82,7 @@ class ValidatorJudgement:
   suggest_next: str = ""
   malformed: bool = False
   visible_suggest_next: str | None = None
+  over_context: bool = False  # the judge's prompt did not fit its context budget: not asked, draft kept
 
   @property
   def feedback_suggestion(self) -> str:
@@ -107,6 +108,7 @@ class VerifierJudgement:
   reasons: tuple[str, ...] = ()
   diagnosis: str = ""
   malformed: bool = False
+  over_context: bool = False  # the judge's prompt did not fit its context budget: not asked, rejected
 
 
 class Validator(Protocol):
@@ -306,13 +308,21 @@ def parse_corrector(text: str) -> tuple[str, list[dict[str, Any]], str] | None:
 # --- LLM-backed roles -------------------------------------------------------------------------
 
 
+#: What a role answers for a step whose judge prompt does not fit the judge's context budget.
+OVER_CONTEXT_VALIDATION = ValidatorJudgement(is_valid=True, diagnosis="judge prompt over the context budget",
+                                             over_context=True)
+OVER_CONTEXT_VERDICT = VerifierJudgement(ok=False, reasons=("over_context",),
+                                         diagnosis="judge prompt over the context budget", over_context=True)
+
+
 class JudgeLLM:
   """Asks a chat model: each prompt is one user message; greedy by default.
 
   backend: the policy's backend (self-intervention) or a separate endpoint.
   formatter: a ``rollout.ChatFormatter`` for that model's tokenizer (no tools).
-  max_context_tokens: prompt + answer budget of the judge model; a longer prompt is not
-    sent and gets an empty answer (so the role's conservative default applies, counted).
+  max_context_tokens: prompt + answer budget of the judge model; a prompt longer than this minus
+    the answer budget (``params.max_new_tokens``) is not sent: its answer is None, and the role
+    skips the step (the Validator keeps the draft, the Verifier rejects), counted as over context.
   """
 
   def __init__(
@@ -329,14 +339,14 @@ class JudgeLLM:
     self.params = dataclasses.replace(base, stop_token_ids=stops)
     self.max_context_tokens = max_context_tokens
 
-  def ask(self, prompts: Sequence[str], seed: int = 0) -> list[str]:
-    """One answer per prompt ("" for a prompt over the budget)."""
+  def ask(self, prompts: Sequence[str], seed: int = 0) -> list[str | None]:
+    """One answer per prompt (None for a prompt over the budget)."""
     if not prompts:
       return []
     ids = [self.formatter.prompt_ids([{"role": "user", "content": p}]) for p in prompts]
     limit = None if self.max_context_tokens is None else self.max_context_tokens - self.params.max_new_tokens
     send = [i for i, x in enumerate(ids) if limit is None or len(x) <= limit]
-    out = [""] * len(prompts)
+    out: list[str | None] = [None] * len(prompts)
     if send:
       comps = self.backend.generate([ids[i] for i in send], self.params, seed)
       for i, c in zip(send, comps):
@@ -351,7 +361,8 @@ class LLMValidator:
     self.llm = llm
 
   def validate(self, ctxs: Sequence[StepContext]) -> list[ValidatorJudgement]:
-    return [parse_validator(t) for t in self.llm.ask([validator_prompt(c) for c in ctxs])]
+    return [OVER_CONTEXT_VALIDATION if t is None else parse_validator(t)
+            for t in self.llm.ask([validator_prompt(c) for c in ctxs])]
 
 
 class LLMCorrector:
@@ -372,7 +383,7 @@ class LLMCorrector:
     texts = self.llm.ask([corrector_prompt(c, j) for c, j in zip(ctxs, judgements)], seed)
     out = []
     for t in texts:
-      parsed = parse_corrector(t)
+      parsed = None if t is None else parse_corrector(t)
       if parsed is None:
         out.append(Correction(text=None, malformed=True))
       else:
@@ -387,7 +398,8 @@ class LLMVerifier:
     self.llm = llm
 
   def verify(self, ctxs: Sequence[StepContext], corrected: Sequence[str]) -> list[VerifierJudgement]:
-    return [parse_verifier(t) for t in self.llm.ask([verifier_prompt(c, u) for c, u in zip(ctxs, corrected)])]
+    return [OVER_CONTEXT_VERDICT if t is None else parse_verifier(t)
+            for t in self.llm.ask([verifier_prompt(c, u) for c, u in zip(ctxs, corrected)])]
 
 
 class PolicyCorrector:

@@ -116,16 +116,23 @@ def make_roles(
   corrector: str = "policy",
   domain: str = "navigation",
   rule_options: Any = None,
+  validator: str | None = None,
+  verifier: str | None = None,
 ) -> InterventionRoles:
-  """Builds the MAS roles.
+  """Builds the MAS roles (the one path the trainer and the experiments use).
 
-  kind: "rules" (rule-based Navigation Validator/Verifier, the default for a tiny policy)
-    or "llm" (App. A.1 prompts). For "llm" the judge is the policy itself
-    (self-intervention, the paper's default) unless ``judge`` / ``judge_formatter`` name
-    a separate endpoint (the stronger intervening model of Sec. 5.5).
+  kind: "rules" (the environment's rule-based Validator/Verifier, the default for a tiny policy)
+    or "llm" (App. A.1 prompts, in this project's wording); ``validator`` / ``verifier`` choose
+    each role on its own ("rules" | "llm"; the verifier also "off": None). An LLM judge is the
+    policy itself (self-intervention, the paper's default) unless ``judge`` / ``judge_formatter``
+    name a separate endpoint (the stronger intervening model of Sec. 5.5). Its prompt is one user
+    message in a chat without tools (never the agent's tool block), answered greedily within
+    ``judge_sampling`` (default: 1024 new tokens) and ``judge_max_context_tokens`` (prompt +
+    answer; a longer prompt is not sent and the step is skipped, counted as over context).
   corrector: who writes u~_k: "policy" (the policy samples it from the correction prompt,
-    whose message ``InterventionConfig.corrector`` picks) or "llm" (the judge writes the
-    App. A.1 Corrector JSON from its own prompt).
+    whose message ``InterventionConfig.corrector`` picks), "intervener" (the separate ``judge``
+    model samples it from that same prompt) or "llm" (the judge writes the App. A.1 Corrector
+    JSON from its own prompt).
   sampling: the policy's ``SamplingParams`` for the PolicyCorrector.
   domain: the registered environment whose rule-based roles ``kind="rules"`` builds.
   rule_options: that environment's config section (``env.<domain>``; None: its defaults).
@@ -134,10 +141,17 @@ def make_roles(
 
   if kind not in ("rules", "llm"):
     raise ValueError(f"kind: expected 'rules' or 'llm', got {kind!r}")
-  if corrector not in ("policy", "llm"):
-    raise ValueError(f"corrector: expected 'policy' or 'llm', got {corrector!r}")
+  validator, verifier = validator or kind, verifier or kind
+  if validator not in ("rules", "llm"):
+    raise ValueError(f"validator: expected 'rules' or 'llm', got {validator!r}")
+  if verifier not in ("rules", "llm", "off"):
+    raise ValueError(f"verifier: expected 'rules', 'llm' or 'off', got {verifier!r}")
+  if corrector not in ("policy", "intervener", "llm"):
+    raise ValueError(f"corrector: expected 'policy', 'intervener' or 'llm', got {corrector!r}")
   if (judge is None) != (judge_formatter is None):
     raise ValueError("judge / judge_formatter: expected both (a separate endpoint) or neither (self-intervention)")
+  if corrector == "intervener" and judge is None:
+    raise ValueError("corrector='intervener': needs a separate judge endpoint (judge / judge_formatter)")
   llm = JudgeLLM(
     judge if judge is not None else policy,
     judge_formatter if judge_formatter is not None else ChatFormatter(policy_formatter.tokenizer,
@@ -145,13 +159,35 @@ def make_roles(
     judge_sampling,
     judge_max_context_tokens,
   )
-  corr: Corrector = (
-    PolicyCorrector(policy, sampling, policy_formatter.end_of_turn_id) if corrector == "policy" else LLMCorrector(llm)
+  corr: Corrector = {
+    "policy": lambda: PolicyCorrector(policy, sampling, policy_formatter.end_of_turn_id),
+    "intervener": lambda: PolicyCorrector(judge, sampling, policy_formatter.end_of_turn_id),
+    "llm": lambda: LLMCorrector(llm),
+  }[corrector]()
+  rules = rule_roles(domain, rule_options) if "rules" in (validator, verifier) else (None, None)
+  return InterventionRoles(
+    validator=LLMValidator(llm) if validator == "llm" else rules[0],
+    corrector=corr,
+    verifier={"llm": LLMVerifier(llm), "rules": rules[1], "off": None}[verifier],
   )
-  if kind == "rules":
-    validator, verifier = rule_roles(domain, rule_options)
-    return InterventionRoles(validator, corr, verifier)
-  return InterventionRoles(LLMValidator(llm), corr, LLMVerifier(llm))
+
+
+class JudgeOutputError(RuntimeError):
+  """An LLM judge's answers were mostly unusable in an iteration (``check_malformed``)."""
+
+
+def check_malformed(stats: InterventionStats, roles: Sequence[str], max_rate: float, min_answers: int = 8) -> None:
+  """Raises ``JudgeOutputError`` when one of ``roles`` ("validator", "corrector", "verifier") gave
+  malformed answers to more than ``max_rate`` of at least ``min_answers`` questions this iteration:
+  a malformed Validator answer keeps the draft, so judges that write nothing usable would quietly
+  turn RTI into GRPO."""
+  for role, (bad, n) in stats.malformed_rates().items():
+    if role in roles and n >= min_answers and bad > max_rate * n:
+      raise JudgeOutputError(
+        f"intervention.max_malformed_rate: the {role}'s answers were malformed in {bad} of {n} cases this "
+        f"iteration ({100 * bad / n:.0f}% > {100 * max_rate:.0f}%); the judge model is not writing the JSON its "
+        f"prompt asks for (a thinking model cut by intervention.judge_max_new_tokens, or a model too small to "
+        f"judge: use rule judges). The iteration was not trained on.")
 
 
 def rule_roles(domain: str, options: Any = None) -> tuple[Validator, Verifier]:
@@ -159,6 +195,17 @@ def rule_roles(domain: str, options: Any = None) -> tuple[Validator, Verifier]:
   (``rti_jax.envs.registry``), built with its config section ``options`` (default: the section's
   defaults): the defaults for a policy too small to judge."""
   return registry.rule_roles(domain, options)
+
+
+def count_turns(stats: InterventionStats, kind: str, traj: Trajectory) -> None:
+  """Adds ``traj``'s tool calls and assistant characters to ``stats``' ``<kind>_*`` counters."""
+  from rti_jax.envs.tool_calls import parse_assistant_turn
+
+  texts = [str(m.get("content") or "") for m in traj.messages if m.get("role") == "assistant"]
+  setattr(stats, f"{kind}_trajectories", getattr(stats, f"{kind}_trajectories") + 1)
+  setattr(stats, f"{kind}_tool_calls",
+          getattr(stats, f"{kind}_tool_calls") + sum(len(parse_assistant_turn(t).tool_calls) for t in texts))
+  setattr(stats, f"{kind}_chars", getattr(stats, f"{kind}_chars") + sum(len(t) for t in texts))
 
 
 def group_all_failed(group: Sequence[Trajectory], success_reward: float = 1.0) -> bool:
@@ -252,6 +299,7 @@ def _correct_verify_gate(
     passed = []
     for i, v in zip(order, verdicts):
       stats.verifier_malformed += int(v.malformed)
+      stats.verifier_over_context += int(getattr(v, "over_context", False))
       if v.ok:
         stats.verifier_accepted += 1
         passed.append(i)
@@ -297,6 +345,7 @@ def intervened_step(
   stats.steps_total += len(live)
   judgements = roles.validator.validate(ctxs)
   stats.validator_malformed += sum(j.malformed for j in judgements)
+  stats.validator_over_context += sum(getattr(j, "over_context", False) for j in judgements)
   flagged = [i for i, j in enumerate(judgements) if not j.is_valid]
   stats.steps_flagged += len(flagged)
 
@@ -409,6 +458,11 @@ def intervene_groups(
     task_id=task_id, seed=seed,
   )
   for n, trajs in zip(failed, runs):
+    for t in groups[n]:
+      count_turns(stats, "original", t)
+    for t in trajs:
+      if any(t.intervened_mask):
+        count_turns(stats, "corrected", t)
     stats.trajectories_intervened += len(trajs)
     stats.trajectories_with_accepted += sum(any(t.intervened_mask) for t in trajs)
     # Only a rollout that carries at least one accepted correction is an *intervened* trajectory:

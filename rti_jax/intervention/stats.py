@@ -37,6 +37,11 @@ class InterventionStats:
   verifier_reasons: rejections per Verifier reason (e.g. ``not_derivable``, ``leak``); a
     rejection with several reasons counts under each.
   *_malformed: LLM judgements that needed the conservative default.
+  corrected_* / original_*: tool calls and characters of the assistant turns, summed over the
+    intervened trajectories with >= 1 applied correction and over the on-policy rollouts of the
+    triggered groups (``*_trajectories`` of each), for Table 6's averages per trajectory.
+  validator_over_context / verifier_over_context: steps an LLM judge was not asked because its
+    prompt did not fit the judge's context budget (the draft kept / the correction rejected).
   """
 
   groups_total: int = 0
@@ -61,12 +66,29 @@ class InterventionStats:
   validator_malformed: int = 0
   corrector_malformed: int = 0
   verifier_malformed: int = 0
+  validator_over_context: int = 0
+  verifier_over_context: int = 0
+  corrected_trajectories: int = 0
+  corrected_tool_calls: int = 0
+  corrected_chars: int = 0
+  original_trajectories: int = 0
+  original_tool_calls: int = 0
+  original_chars: int = 0
   verifier_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
 
   @property
   def mean_accepted_ppl(self) -> float:
     """Mean PPL_roll of applied (accepted and gated-in) intervened steps; NaN if none (Fig. 5a)."""
     return self.accepted_ppl_sum / self.corrections_applied if self.corrections_applied else math.nan
+
+  def malformed_rates(self) -> dict[str, tuple[int, int]]:
+    """Per role, ``(malformed answers, answers)`` of the iteration (answers: the steps the
+    Validator judged, the Corrector samples drawn, the corrections the Verifier judged)."""
+    drawn = self.corrections_generated + self.corrections_unchanged + self.corrections_over_context
+    return {"validator": (self.validator_malformed, self.steps_total - self.validator_over_context),
+            "corrector": (self.corrector_malformed, drawn + self.corrector_malformed),
+            "verifier": (self.verifier_malformed,
+                         self.verifier_accepted + self.verifier_rejected - self.verifier_over_context)}
 
   def merge(self, other: "InterventionStats") -> "InterventionStats":
     """Field-wise sum (e.g. over data-parallel workers)."""
@@ -91,11 +113,23 @@ class InterventionStats:
     ]
     return [(name, c, d, c / d if d else math.nan) for name, c, d in rows]
 
+  def averages(self) -> list[tuple[str, float, float, float]]:
+    """Table 6's per-trajectory averages: ``(statistic, total, trajectories, mean)``; NaN on none."""
+    rows = [
+      ("tool calls per corrected trajectory", self.corrected_tool_calls, self.corrected_trajectories),
+      ("tool calls per original trajectory", self.original_tool_calls, self.original_trajectories),
+      ("characters per corrected trajectory", self.corrected_chars, self.corrected_trajectories),
+      ("characters per original trajectory", self.original_chars, self.original_trajectories),
+    ]
+    return [(name, c, d, c / d if d else math.nan) for name, c, d in rows]
+
   def as_dict(self, prefix: str = "rti/") -> dict[str, Any]:
     out: dict[str, Any] = {f"{prefix}{f.name}": getattr(self, f.name)
                            for f in dataclasses.fields(self) if f.name != "verifier_reasons"}
     out.update({f"{prefix}verifier_rejected/{k}": v for k, v in sorted(self.verifier_reasons.items())})
     out[f"{prefix}mean_accepted_ppl"] = self.mean_accepted_ppl
+    for role, (bad, n) in self.malformed_rates().items():
+      out[f"{prefix}{role}_malformed_rate"] = bad / n if n else 0.0
     return out
 
   def format_table(self) -> str:
@@ -103,6 +137,8 @@ class InterventionStats:
     lines = [f"{'statistic':<56}{'count':>14}{'ratio':>10}"]
     for name, c, d, r in self.table():
       lines.append(f"{name:<56}{f'{int(c)} / {int(d)}':>14}{'' if math.isnan(r) else f'{100 * r:.2f}%':>10}")
+    for name, _, d, mean in self.averages():
+      lines.append(f"{name:<56}{f'n = {int(d)}':>14}{'' if math.isnan(mean) else f'{mean:.1f}':>10}")
     lines.append(f"{'mean PPL of accepted intervened steps':<56}{self.mean_accepted_ppl:>14.3f}")
     if self.verifier_reasons:
       why = ", ".join(f"{k} {v}" for k, v in sorted(self.verifier_reasons.items(), key=lambda kv: -kv[1]))
