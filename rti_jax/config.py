@@ -368,9 +368,10 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
           f"{clash}: got {_get(cfg, clash)!r}, but loss.logp_temperature={t} with loss.behaviour_logp=rollout takes "
           f"the behaviour log-probs from the sampler, which needs rollout.temperature={t}, top-k and top-p off and "
           f"the in-process sampler; or set loss.behaviour_logp=recompute (or loss.logp_temperature=1)")
-  if cfg.loss.logp_temperature != 1.0 and cfg.loss.intervened_old_logp == "cal":
-    raise ConfigError("loss.intervened_old_logp=cal: pi_cal is scored at temperature 1; use roll with "
-                      f"loss.logp_temperature={cfg.loss.logp_temperature}")
+  if cfg.loss.intervened_old_logp == "cal" and cfg.loss.logp_temperature != 1.0 and cfg.rollout.backend == "sglang":
+    raise ConfigError(f"loss.intervened_old_logp: cal records pi_cal at loss.logp_temperature="
+                      f"{cfg.loss.logp_temperature}, which an SGLang server does not score (its prompt log-probs are "
+                      "at temperature 1); use roll, or loss.logp_temperature=1")
   o = cfg.optim
   if not o.lr > 0:
     raise ConfigError(f"optim.lr: expected > 0, got {o.lr}")
@@ -503,7 +504,10 @@ def intervention_config(cfg: ExperimentConfig, domain: str = "navigation", succe
   return _build(pipeline.InterventionConfig, enabled=cfg.loss.method == "rti" and i.enabled,
                 verifier_enabled=i.verifier != "off", ppl_delta=i.delta, reweight=i.reweight,
                 num_intervened_rollouts=i.max_attempts, correction_attempts=i.correction_attempts, domain=domain,
-                corrector=i.corrector, success_reward=success_reward)
+                corrector=i.corrector, success_reward=success_reward,
+                intervened_old_logp=cfg.loss.intervened_old_logp,
+                # pi_cal is recorded, never recomputed: always at the ratio's temperature
+                old_logp_temperature=cfg.loss.logp_temperature if cfg.loss.intervened_old_logp == "cal" else None)
 
 
 def runtime_configs(cfg: ExperimentConfig, domain: str = "navigation") -> tuple[Any, Any, Any]:

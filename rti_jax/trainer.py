@@ -327,7 +327,9 @@ class Trainer:
       batch = objectives.assemble_batch(
           groups[j * per:(j + 1) * per], pad_id=self.pad_id, reweight=self.cfg.intervention.reweight,
           max_len=max_len, advantage_std=self.cfg.loss.adv_std,
-          intervened_old_logp=self.cfg.loss.intervened_old_logp,
+          # the pipeline recorded each Corrector-written token's behaviour log-prob as chosen by
+          # loss.intervened_old_logp (pi_roll or pi_cal, at the behaviour temperature): used as recorded
+          intervened_old_logp="roll",
       )
       batch = objectives.without_empty_intervention(batch)  # no intervened token: GRPO's program
       if self.loss_config.name == "grpo" and batch.intervened_mask is not None:
@@ -370,7 +372,10 @@ class Trainer:
     """``old_logp`` of every trained token from ``params`` at ``loss.logp_temperature`` (intervened
     tokens under the rollout context: pi_roll, as ``loss.intervened_old_logp=roll``)."""
     logp = np.asarray(self._logp_fn(params, batch.input_ids, batch.attention_mask, batch.trained_positions))
-    old = np.where(np.asarray(batch.loss_mask) > 0, logp, np.asarray(batch.old_logp)).astype(np.float32)
+    redo = np.asarray(batch.loss_mask) > 0
+    if self.cfg.loss.intervened_old_logp == "cal" and batch.intervened_mask is not None:
+      redo &= np.asarray(batch.intervened_mask) == 0  # pi_cal needs p_cal: the recorded one (same parameters)
+    old = np.where(redo, logp, np.asarray(batch.old_logp)).astype(np.float32)
     return dataclasses.replace(batch, old_logp=old)
 
   def _device_batch(self, batch: objectives.RTIBatch) -> objectives.RTIBatch:

@@ -447,6 +447,29 @@ def test_success_without_an_applied_correction_is_not_an_intervened_trajectory(t
   assert stats.trajectories_success_unintervened == int(not replaced)
 
 
+@pytest.mark.parametrize("old_logp_temperature", [None, 0.5])
+def test_the_pipeline_records_pi_cal_as_behaviour_at_the_ratio_temperature(tok, fmt, old_logp_temperature):
+  """intervened_old_logp="cal": a Corrector-written token's behaviour log-prob is pi_cal scored under
+  p_cal at the sampling temperature (0.8 here) or at ``old_logp_temperature``; the gate and Eq. 5 keep
+  the temperature-1 scores, and drawn tokens keep their sampling log-probs."""
+  t = 0.8
+  policy = ScriptedPolicy(tok, MiniNavScript("region"), scripted_logp(ROLL, CAL))
+  groups, new, stats, _ = _run(tok, fmt, policy=policy, behaviour_temperature=t, intervened_old_logp="cal",
+                               old_logp_temperature=old_logp_temperature)
+  assert stats.corrections_applied == 1
+  want_t = old_logp_temperature or t
+  assert policy.score_temperatures.count(want_t) == 1
+  a = new[1][0].arrays()
+  turn = next(x for x in new[1][0].turns if x.intervened)
+  span = slice(turn.start, turn.end)
+  ids = a["token_ids"][span]
+  np.testing.assert_allclose(a["behaviour_logp"][span], _expected_logp(ids, CAL) / want_t, atol=1e-6)
+  np.testing.assert_allclose(a["cal_logp"][span], _expected_logp(ids, CAL), atol=1e-6)
+  np.testing.assert_allclose(a["roll_logp"][span], _expected_logp(ids, ROLL), atol=1e-6)
+  drawn = a["loss_mask"] & ~a["intervened_mask"]
+  np.testing.assert_allclose(a["behaviour_logp"][drawn], _expected_logp(a["token_ids"][drawn], ROLL) / t, atol=1e-6)
+
+
 def test_intervened_old_logp_is_pi_roll_or_pi_cal_on_corrected_tokens_only(tok, fmt):
   _, new, _, _ = _run(tok, fmt)
   roll, cal = assemble_batch(new), assemble_batch(new, intervened_old_logp="cal")

@@ -150,7 +150,8 @@ def test_vocab_chunked_logprobs_at_a_temperature_equal_numpy(temperature):
   (["loss.logp_temperature=0.5", "loss.behaviour_logp=rollout"], "behaviour_logp=recompute"),  # sampling at 0.8
   (["loss.behaviour_logp=rollout", "rollout.top_p=0.9"], "^rollout.top_p: got 0.9"),
   (["loss.behaviour_logp=rollout", "rollout.backend=sglang", "rollout.sglang_url=http://127.0.0.1:1"], "sglang"),
-  (["loss.logp_temperature=0.8", "loss.behaviour_logp=recompute", "loss.intervened_old_logp=cal"], "intervened_old_logp"),
+  (["loss.logp_temperature=0.8", "loss.behaviour_logp=recompute", "loss.intervened_old_logp=cal", "rollout.backend=sglang",
+    "rollout.sglang_url=http://127.0.0.1:1"], "^loss.intervened_old_logp: cal"),
   (["loss.logp_temperature=0"], "loss.logp_temperature"),
   (["loss.behaviour_logp=sampler"], "loss.behaviour_logp"),
   (["optim.epochs=0"], "optim.epochs"),

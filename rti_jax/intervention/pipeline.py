@@ -69,6 +69,9 @@ class InterventionConfig:
   corrector: the correction message appended to p_roll (``prompting.correction_message``):
     "paper" (App. A.1's Corrector inputs, evidence l included and to be concealed) or
     "feedback" (the Validator's diagnosis and visible-only suggestion, no evidence).
+  intervened_old_logp: the behaviour log-prob recorded for a Corrector-written token: "roll" (pi_roll,
+    its probability in the rollout context it stands in) or "cal" (pi_cal, the distribution it was
+    drawn from); at ``old_logp_temperature`` (None: the rollout's behaviour temperature).
   """
 
   enabled: bool = True
@@ -80,8 +83,12 @@ class InterventionConfig:
   success_reward: float = 1.0
   domain: str = "navigation"
   corrector: str = "feedback"
+  intervened_old_logp: str = "roll"
+  old_logp_temperature: float | None = None
 
   def __post_init__(self) -> None:
+    if self.intervened_old_logp not in ("roll", "cal"):
+      raise ValueError(f"intervened_old_logp: expected 'roll' or 'cal', got {self.intervened_old_logp!r}")
     if self.corrector not in CORRECTORS:
       raise ValueError(f"corrector: expected one of {CORRECTORS}, got {self.corrector!r}")
     if not 0.0 < self.success_reward < float("inf"):
@@ -367,13 +374,16 @@ def intervened_step(
     ))
     pending = [i for i in pending if i not in accepted]
 
-  # The behaviour log-prob of a Corrector-written token is pi_roll's; at a behaviour temperature
-  # other than 1, scored again at it (the gate and Eq. 5 keep the temperature-1 scores).
-  behaviour = {i: roll_lp for i, (_, roll_lp, _) in accepted.items()}
-  t_b = rollout_config.behaviour_temperature
+  # The behaviour log-prob of a Corrector-written token is pi_roll's (or pi_cal's, with
+  # intervened_old_logp="cal"); at a behaviour temperature other than 1, scored again at it under
+  # that context (the gate and Eq. 5 keep the temperature-1 scores).
+  cal_context = config.intervened_old_logp == "cal"
+  behaviour = {i: (cal_lp if cal_context else roll_lp) for i, (_, roll_lp, cal_lp) in accepted.items()}
+  t_b = config.old_logp_temperature or rollout_config.behaviour_temperature
   if accepted and t_b != 1.0:
     order = sorted(accepted)
-    tempered = backend.score([p_roll[i] for i in order], [accepted[i][0] for i in order], temperature=t_b)
+    context = p_cal if cal_context else p_roll
+    tempered = backend.score([context[i] for i in order], [accepted[i][0] for i in order], temperature=t_b)
     behaviour = {i: np.asarray(lp, np.float32) for i, lp in zip(order, tempered)}
   for i, (ep, d) in enumerate(zip(live, drafts)):
     if i in accepted:
