@@ -288,3 +288,18 @@ def test_templates_with_the_real_telecom_evidence():
   assert json.dumps(ev["user_actions"], ensure_ascii=False) in v
   assert json.dumps(list(ev["user_side_tools"]), ensure_ascii=False) in v and "User-side tools" in c
   assert json.dumps(ev["evaluation_criteria"], ensure_ascii=False) in r  # the tau2 Verifier sees the criteria
+
+
+@pytest.mark.parametrize("text", [
+    "<think>The step looks wrong, so I will answer {\"ok\": true",  # a think block that never closes
+    "<think>" + "hmm " * 5_000,  # cut by the answer budget inside the reasoning
+    '{"ok": [true], "is_valid": [false]}', '{"ok": null, "is_valid": null}', '{"ok": {"v": true}, "is_valid": 3}',
+    '{"ok": "perhaps", "is_valid": "maybe"}',
+    "Sure! Here is my verdict: the correction is fine.",  # prose and no JSON
+])
+def test_untrusted_judge_text_gets_the_counted_conservative_default(text):
+  """Any text that is not the asked-for object: the Validator keeps the draft, the Verifier rejects,
+  both flagged malformed (counted per role; a run whose judges are mostly malformed stops)."""
+  v, r = parse_validator(text), parse_verifier(text)
+  assert v.is_valid and v.malformed
+  assert not r.ok and r.malformed
