@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import os
 import re
 from typing import Any, Optional, Sequence
 
@@ -107,6 +108,9 @@ class InterventionConfig:
   reweight: bool = _INTERVENTION.reweight  # False = rho_cal == 1 ("w/o Reweight")
   eps_cal: float = _LOSS.eps_cal  # Eq. 6
   intervener_url: Optional[str] = None  # None = self-intervention by the policy
+  # Or another local HF checkpoint (same tokenizer) sampled in-process: it writes the corrections and
+  # answers the LLM judges (e.g. policies/navigation_teacher, the stronger intervener of Fig. 6).
+  intervener_path: Optional[str] = None
   max_attempts: int = _INTERVENTION.num_intervened_rollouts  # intervened rollouts tried per all-fail group
   # Corrector samples tried per flagged step (redrawn when a check rejects one)
   correction_attempts: int = _INTERVENTION.correction_attempts
@@ -426,13 +430,17 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     raise ConfigError(f"baselines.aepo_entropy_tokens: expected an integer >= 1, got {b.aepo_entropy_tokens!r}")
   runtime_configs(cfg)  # the runtime classes' own checks, reported by YAML key
   i = cfg.intervention
+  if i.intervener_url and i.intervener_path:
+    raise ConfigError("intervention.intervener_path: set either it or intervention.intervener_url, not both")
+  if i.intervener_path and not os.path.isdir(i.intervener_path):
+    raise ConfigError(f"intervention.intervener_path: expected a local HF checkpoint directory, got {i.intervener_path!r}")
   if i.judge_max_new_tokens < 1:
     raise ConfigError(f"intervention.judge_max_new_tokens: expected an integer >= 1, got {i.judge_max_new_tokens}")
   if i.judge_max_context < 0:
     raise ConfigError(f"intervention.judge_max_context: expected 0 (rollout.max_context) or a token count, got "
                       f"{i.judge_max_context}")
   budget = judge_context(cfg)
-  if not i.intervener_url and budget > cfg.rollout.max_context:
+  if not i.intervener_url and not i.intervener_path and budget > cfg.rollout.max_context:
     raise ConfigError(f"intervention.judge_max_context: the policy judges itself within its sampler's "
                       f"rollout.max_context={cfg.rollout.max_context}, got {budget}")
   if "llm" in (i.validator, i.verifier) and i.judge_max_new_tokens >= budget:

@@ -192,7 +192,8 @@ class Trainer:
   def _build_roles(self) -> pipeline.InterventionRoles:
     """The roles through ``pipeline.make_roles``: self-intervention by default (the policy's own
     backend, its tokenizer, a chat without tools for the judges), or the model at
-    ``intervention.intervener_url`` judging and writing the corrections (same tokenizer family).
+    ``intervention.intervener_url`` (a server) or ``intervention.intervener_path`` (in-process) judging and
+    writing the corrections (same tokenizer family).
     The Corrector samples u~_k from p_cal = p_roll + the message of intervention.corrector (paper:
     App. A.1's inputs with the evidence, to be concealed; feedback: diagnosis + visible-only hint),
     which the pipeline builds and scores log pi_cal under (Eq. 5); see pipeline.intervened_step."""
@@ -202,13 +203,22 @@ class Trainer:
       from rti_jax.generation.sglang_http import SGLangHTTPBackend
 
       judge = SGLangHTTPBackend(icfg.intervener_url)
+    elif icfg.intervener_path:
+      from models import from_pretrained
+      from rti_jax.generation.jax_backend import JaxBackend
+
+      other, _ = from_pretrained(icfg.intervener_path, dtype=self.compute_dtype, mesh=self.mesh)
+      judge = JaxBackend(distributed.process_local(other, self.rollout_mesh),
+                         max_cache_len=max(self.cfg.rollout.max_context, config_lib.judge_context(self.cfg)),
+                         pad_id=self.pad_id, mesh=self.rollout_mesh)
+    if judge is not None:
       judge_formatter = ChatFormatter(self.tokenizer, end_of_turn=self.formatter.end_of_turn)
     return pipeline.make_roles(
         icfg.validator, self.backend, self.formatter, self.sampling, validator=icfg.validator,
         verifier=icfg.verifier, judge=judge, judge_formatter=judge_formatter,
         judge_sampling=SamplingParams(max_new_tokens=icfg.judge_max_new_tokens, temperature=0.0),
         judge_max_context_tokens=config_lib.judge_context(self.cfg),
-        corrector="intervener" if icfg.intervener_url else "policy", domain=self.source.domain,
+        corrector="policy" if judge is None else "intervener", domain=self.source.domain,
         rule_options=registry.options_of(self.cfg, self.source.domain))
 
   def _permutation(self, epoch: int) -> np.ndarray:

@@ -165,3 +165,28 @@ def test_table6_in_the_report_sums_iterations_and_seeds():
   assert table["  rejected: leak"] == 1
   assert table["tool calls per corrected trajectory"] == "3.0" and table["tool calls per original trajectory"] == "1.0"
   assert table["mean PPL of applied corrections"] == "2.500"
+
+
+def test_another_local_policy_can_play_the_roles_and_write_the_corrections(policy, tmp_path):
+  """``intervention.intervener_path``: a second checkpoint sampled in-process judges and corrects
+  through the same path (Fig. 6's stronger intervener); the policy still rolls out."""
+  import shutil
+
+  from models.weights import from_pretrained
+  from rti_jax.generation.jax_backend import JaxBackend
+  from rti_jax.intervention.judges import PolicyCorrector
+  from trainer_fixtures import write_random_qwen
+
+  other = tmp_path / "intervener"
+  shutil.copytree(policy, other)
+  write_random_qwen(other, from_pretrained(policy)[1].vocab_size, seed=1, layers=1, heads=2, kv_heads=1, head_dim=8,
+                    max_positions=2048)
+  trainer = Trainer(_cfg(policy, f"intervention.intervener_path={other}", "intervention.max_malformed_rate=1.0"),
+                    tmp_path / "run", source=_source(), progress=False)
+  judge = trainer.roles.validator.llm.backend
+  assert isinstance(judge, JaxBackend) and judge is not trainer.backend
+  assert isinstance(trainer.roles.corrector, PolicyCorrector) and trainer.roles.corrector.backend is judge
+  record = trainer.iterate()
+  assert record["rti/steps_total"] == 2
+  with pytest.raises(ConfigError, match=r"^intervention\.intervener_path"):
+    _cfg(policy, f"intervention.intervener_path={tmp_path / 'missing'}")
