@@ -484,3 +484,27 @@ def test_intervened_old_logp_is_pi_roll_or_pi_cal_on_corrected_tokens_only(tok, 
   assert float(metrics["clip_frac_intervened"]) == 1.0 and float(metrics["clip_frac_on_policy"]) == 0.0
   with pytest.raises(ValueError, match="intervened_old_logp"):
     assemble_batch(new, intervened_old_logp="behaviour")
+
+
+@pytest.mark.parametrize("mode", ["roll", "cal"])
+def test_a_recompute_pass_keeps_the_recorded_pi_cal_of_corrected_tokens(tok, fmt, mode):
+  """loss.behaviour_logp=recompute recomputes every trained token's behaviour log-prob under the
+  rollout context, except, with intervened_old_logp=cal, the corrected tokens' pi_cal (their context
+  p_cal is not in the batch; the recorded value is of the same parameters)."""
+  import types
+
+  from rti_jax.trainer import Trainer
+
+  _, new, _, _ = _run(tok, fmt, intervened_old_logp=mode)
+  batch = assemble_batch(new)
+  stub = types.SimpleNamespace(cfg=types.SimpleNamespace(loss=types.SimpleNamespace(intervened_old_logp=mode)),
+                               _logp_fn=lambda params, ids, mask, positions: np.full(ids.shape, -9.0, np.float32))
+  out = Trainer._recompute_behaviour(stub, batch, None)
+  old, iv = np.asarray(out.old_logp), np.asarray(batch.intervened_mask, bool)
+  trained = np.asarray(batch.loss_mask, bool)
+  assert iv.sum() > 0 and (trained & ~iv).sum() > 0
+  assert (old[trained & ~iv] == -9.0).all()
+  if mode == "cal":
+    np.testing.assert_array_equal(old[iv], np.asarray(batch.cal_logp)[iv])  # recorded pi_cal (temperature 1 here)
+  else:
+    assert (old[iv] == -9.0).all()
