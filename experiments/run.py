@@ -35,6 +35,8 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "navigation_ablation": ("experiments.navigation_ablation", "RTI ablations (Table 3)"),
     "navigation_baselines": ("experiments.navigation_baselines", "baselines (Table 1)"),
     "delta_sweep": ("experiments.delta_sweep", "PPL-gate threshold sweep (Fig. 3)"),
+    "intervention_variants": ("experiments.intervention_variants",
+                              "RTI variants: a stronger intervener vs self (Fig. 6), pi_cal vs pi_roll behaviour"),
     "theorem": ("experiments.theorem", "numerical check of Theorem 1 (Appendix B)"),
     "tabular": ("experiments.tabular", "fast tabular model of the whole method"),
     "telecom": ("experiments.telecom", "GRPO vs RTI on tau2-Telecom"),

@@ -288,3 +288,16 @@ def test_decision_probe_quick_writes_its_figures(nav_policy, tmp_path, capsys):
   rows = [json.loads(line) for line in (out / "probe.jsonl").read_text().splitlines()]
   assert all(0.0 <= r["p_check_odd"] <= 1.0 and 0.0 <= r["p_check_all_plain"] <= 1.0 for r in rows)
   assert "p_check_odd" in (out / "table.md").read_text()
+
+
+def test_intervention_variants_resolve_like_the_runs_they_can_reuse():
+  """``--exp=intervention_variants``' variants resolve to the configs of ``--exp=navigation --methods rti``
+  with the same overrides, so ``--reuse`` takes those trainings over."""
+  from experiments import intervention_variants as iv
+
+  v = iv.variant_overrides(["rti", "rti_teacher", "rti_cal"], "policies/navigation_teacher")
+  nav = to_yaml(load_config("navigation", ["loss.method=rti", "train.seed=1"]))
+  assert to_yaml(load_config("navigation", [*v["rti"], "train.seed=1"])) == nav
+  teacher = load_config("navigation", [*v["rti_teacher"], "train.seed=1"])
+  assert teacher.intervention.intervener_path == "policies/navigation_teacher"
+  assert load_config("navigation", v["rti_cal"]).loss.intervened_old_logp == "cal"
