@@ -303,6 +303,8 @@ def _run_pair(policy: str, run_dir: pathlib.Path, kill: str, victim: int, at: in
       if died is None and procs[victim].poll() is not None and kill != "none":
         died = time.monotonic()
       time.sleep(0.2)
+    if died is None and kill != "none" and procs[victim].poll() is not None:
+      died = time.monotonic()  # both ended within one poll (a lost coordinator ends the others at once)
     if died is not None:
       survived = time.monotonic() - died
   finally:
