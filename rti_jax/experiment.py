@@ -163,8 +163,9 @@ def run(cfg_name: str, overrides: Sequence[str], seeds: Sequence[int], variants:
     metrics and training time; ``metrics.jsonl`` is copied). The base policy is still evaluated here,
     and must give exactly the base evaluation stored with the reused run (else ValueError: the run
     was made by other code, data or policy).
-  jobs: trainings run side by side, each in a process of its own (None: ``default_jobs()``). Every training is seeded on its own, so the results are those of one after
-    the other, record for record; only the wall time changes. With 1 (or a multi-host run, or a
+  jobs: trainings run side by side, each in a process of its own (None: ``default_jobs()``). Every
+    training is seeded on its own, so the results are those of one after the other, record for
+    record; only the wall time changes. With 1 (or a multi-host run, or a
     ``source`` that cannot be sent to another process) they run here, one after the other.
   Returns the results dict: ``runs[seed][label]`` is the final held-out evaluation,
   ``runs[seed][label + "_records"]`` the per-iteration metrics, ``runs[seed]["reused"]`` label ->

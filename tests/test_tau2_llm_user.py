@@ -103,7 +103,11 @@ def test_thinking_is_removed_and_an_empty_reply_is_counted():
   srv = ChatServer(lambda m: "<think>hmm, what do I want")
   try:
     user = LLMUser(find_task("retail", "0").scenario, OpenAIChatClient(srv.url))
-    assert user.opening() == "" and user.empty_replies == 1
+    assert user.opening() == ""
+    env = Tau2Env("retail", user="llm", user_url=srv.url)
+    env.reset(find_task("retail", "0"))
+    assert env.transcript.info["empty_user_replies"] == 1
+    assert env.step("How can I help?").info["empty_user_replies"] == 2
   finally:
     srv.stop()
 

@@ -166,11 +166,9 @@ def make_roles(
     judge_sampling,
     judge_max_context_tokens,
   )
-  corr: Corrector = {
-    "policy": lambda: PolicyCorrector(policy, sampling, policy_formatter.end_of_turn_id),
-    "intervener": lambda: PolicyCorrector(judge, sampling, policy_formatter.end_of_turn_id),
-    "llm": lambda: LLMCorrector(llm),
-  }[corrector]()
+  corr: Corrector = (LLMCorrector(llm) if corrector == "llm" else
+                      PolicyCorrector(judge if corrector == "intervener" else policy, sampling,
+                                      policy_formatter.end_of_turn_id))
   rules = rule_roles(domain, rule_options) if "rules" in (validator, verifier) else (None, None)
   return InterventionRoles(
     validator=LLMValidator(llm) if validator == "llm" else rules[0],

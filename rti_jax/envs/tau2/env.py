@@ -293,7 +293,7 @@ class Tau2Env(ConversationEnv):
     self._transcript = Transcript(task_id=task.task_id, messages=list(messages), info={
         "turns": [], "malformed": 0, "tool_calls": 0, "tool_errors": 0, "unknown_tools": 0, "bad_arguments": 0,
         "guarded_calls": 0, "write_calls": 0, "mixed_turns": 0, "multi_call_turns": 0, "unmapped_user_turns": 0,
-        "termination": None})
+        "empty_user_replies": int(opening is not None and not opening.strip()), "termination": None})
     return messages
 
   def step(self, assistant_text: str) -> StepResult:
@@ -344,6 +344,7 @@ class Tau2Env(ConversationEnv):
           record["user_calls"] = self._run_user_calls(user_calls)
         record["user_reply"] = reply.content
         info["unmapped_user_turns"] += int(not reply.understood)
+        info["empty_user_replies"] += int(not (reply.content or "").strip())
         self._log.append(msg.UserMessage(role="user", content=reply.content or " "))
         new.append({"role": "user", "content": reply.content})
         if reply.stop:

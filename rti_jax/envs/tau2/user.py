@@ -551,7 +551,7 @@ class LLMUser:
   time raises ``BackendUnavailableError`` naming it (after the client's bounded retries); an answer
   that is not a chat completion raises ``ChatProtocolError`` naming the URL and field: either ends
   the run (its iteration is discarded) rather than scoring a conversation the user never had. An
-  empty reply is kept as it is and counted (``empty_replies``).
+  empty reply is kept as it is (the environment counts it: ``empty_user_replies``).
   """
 
   GREETING = "Hi! How can I help you today?"
@@ -566,14 +566,12 @@ class LLMUser:
                                               instructions=str(scenario))
     self.client, self.temperature, self.max_tokens = client, temperature, max_tokens
     self.history: list[dict[str, str]] = []
-    self.empty_replies = 0
     self._first: str | None = None
 
   def _reply(self, agent_text: str) -> str:
     self.history.append({"role": "user", "content": agent_text or " "})
     text = self.client.complete([{"role": "system", "content": self.system_prompt}, *self.history],
                                 temperature=self.temperature, max_tokens=self.max_tokens)
-    self.empty_replies += int(not text.strip())
     self.history.append({"role": "assistant", "content": text or " "})
     return text
 
