@@ -380,7 +380,8 @@ class Trainer:
 
   def _recompute_behaviour(self, batch: objectives.RTIBatch, params: Any) -> objectives.RTIBatch:
     """``old_logp`` of every trained token from ``params`` at ``loss.logp_temperature`` (intervened
-    tokens under the rollout context: pi_roll, as ``loss.intervened_old_logp=roll``)."""
+    tokens under the rollout context: pi_roll, as ``loss.intervened_old_logp=roll``; with ``cal``
+    their recorded pi_cal is kept)."""
     logp = np.asarray(self._logp_fn(params, batch.input_ids, batch.attention_mask, batch.trained_positions))
     redo = np.asarray(batch.loss_mask) > 0
     if self.cfg.loss.intervened_old_logp == "cal" and batch.intervened_mask is not None:
