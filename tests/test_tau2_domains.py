@@ -339,3 +339,31 @@ def test_every_tau2_task_gold_pass_and_do_nothing_rate(domain, do_nothing):
   assert not failed
   rate = sum(run_episode(env, DoNothingAgent(), t).reward for t in tasks) / len(tasks)
   assert rate == pytest.approx(do_nothing)
+
+
+# --------------------------------------------------------------------------- the evaluator's environments
+
+
+@pytest.mark.parametrize("domain", ["retail", "airline"])
+def test_the_evaluator_builds_environments_equal_to_tau2s_own(domain, monkeypatch):
+  """Inside ``parsed_database`` tau2's registry builds the domain's environments over the database
+  parsed once; they equal the ones tau2 reads from its files, and episodes score the same with and
+  without it."""
+  from tau2.registry import registry as tau2_registry
+
+  own = tau2_registry.get_env_constructor(domain)
+  with bridge.parsed_database(domain):
+    assert tau2_registry.get_env_constructor(domain) is not own
+    ours = tau2_registry.get_env_constructor(domain)()
+  assert tau2_registry.get_env_constructor(domain) is own
+  ref = own()
+  assert ours.tools.db == ref.tools.db and ours.tools.db is not ref.tools.db
+  assert ours.get_db_hash() == ref.get_db_hash() and ours.get_policy() == ref.get_policy()
+
+  env = Tau2Env(domain, reward="tau2")
+  tasks = tau2_tasks(domain)[:4]
+  episodes = [run_episode(env, agent, t) for t in tasks for agent in (GoldAgent(t), DoNothingAgent())]
+  monkeypatch.setattr(bridge, "parsed_database", lambda d: __import__("contextlib").nullcontext())
+  again = [run_episode(env, agent, t) for t in tasks for agent in (GoldAgent(t), DoNothingAgent())]
+  assert [e.reward for e in episodes] == [e.reward for e in again]
+  assert [e.reward for e in episodes][::2] == [1.0] * len(tasks)

@@ -332,12 +332,39 @@ def simulation_run(task: Any, messages: list[Any], termination: str) -> Any:
                            duration=0.0, termination_reason=sim.TerminationReason(reason), messages=list(messages))
 
 
+#: held while tau2's registry builds a domain's environments from the parsed database (``parsed_database``)
+_REGISTRY_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def parsed_database(domain: str) -> Iterator[None]:
+  """While inside, tau2's registry builds Retail's or Airline's environments over a copy of the
+  database parsed once per process (``new_environment``) instead of reading the domain's JSON file
+  again. tau2's evaluator builds four environments per scored episode, and that file read was most
+  of an episode's scoring time; the database, tools and policy text are the same. Nothing for
+  Telecom, whose environments carry the pins of the module docstring."""
+  if domain not in DOMAINS:
+    yield
+    return
+  from tau2.registry import registry
+
+  build, (cls, dump) = domain_module(domain).get_environment, _pristine(domain)
+  with _REGISTRY_LOCK:
+    saved = registry.get_env_constructor(domain)
+    registry._domains[domain] = lambda solo_mode=False: build(db=cls.model_validate(dump), solo_mode=solo_mode)
+    try:
+      yield
+    finally:
+      registry._domains[domain] = saved
+
+
 def tau2_reward(domain: str, task: Any, messages: list[Any], termination: str) -> Tau2Reward:
   """tau2's ``evaluate_simulation`` (``EvaluationType.ALL``) of the episode ``messages`` (Telecom: with
-  a bill counter restarted at 0 and the shared VPN record restored, see the module docstring)."""
+  a bill counter restarted at 0 and the shared VPN record restored, see the module docstring; Retail
+  and Airline: environments over the parsed database, ``parsed_database``)."""
   ev = tau2_modules()["evaluator"]
   check_domain(domain, ENV_DOMAINS)
-  with quiet_serializer(), tool_ids(episode_ids(domain)):
+  with quiet_serializer(), tool_ids(episode_ids(domain)), parsed_database(domain):
     if domain == TELECOM:
       _telecom_bridge()._fresh_vpn_server()
     info = ev.evaluate_simulation(simulation=simulation_run(task, messages, termination), task=task,
