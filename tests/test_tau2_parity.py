@@ -502,7 +502,8 @@ def policy_records() -> list[dict[str, Any]]:
   from rti_jax.rollout import rollout_groups
 
   model, tok, fmt = ev.load_policy(POLICY)
-  backend = JaxBackend(model, max_cache_len=4096, pad_id=tok.convert_tokens_to_ids(PAD_TOKEN))
+  # each turn prefills only the env's reply, as configs/telecom.yaml samples
+  backend = JaxBackend(model, max_cache_len=4096, pad_id=tok.convert_tokens_to_ids(PAD_TOKEN), prefix_cache_bytes=2048 << 20)
   envs: list[TelecomEnv] = []
 
   def factory() -> TelecomEnv:
