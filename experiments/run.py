@@ -44,6 +44,8 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "navigation_sft": ("experiments.navigation_sft",
                        "build the tiny Navigation base policy by SFT (configs/sft_navigation.yaml; --chain)"),
     "telecom_sft": ("experiments.telecom_sft", "build the tiny Telecom base policy by SFT (configs/sft_telecom.yaml)"),
+    "judge_sft": ("experiments.judge_sft",
+                  "teach a policy to be its own Validator and Verifier by SFT on the rule oracles; their agreement"),
     "decision_probe": ("experiments.diagnostics.decision_probe",
                        "diagnostic: the decisive step's probability per RL iteration (Navigation)"),
     "name_copy_check": ("experiments.diagnostics.name_copy_check",

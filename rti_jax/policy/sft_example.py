@@ -18,7 +18,7 @@ from rti_jax.intervention.judges import StepContext
 from rti_jax.rollout import ChatFormatter
 
 Message = dict[str, Any]
-KINDS = ("plain", "trusting", "resolve", "resolve_ctx", "resolve_tail", "correction", "name_swap", "swap_episode",
+KINDS = ("validator", "verifier", "replay", "plain", "trusting", "resolve", "resolve_ctx", "resolve_tail", "correction", "name_swap", "swap_episode",
          "swap_trusting", "swap_resolve_ctx", "swap_correction", "check_drill")
 
 
