@@ -9,7 +9,14 @@
   sampled in-process (``intervention.intervener_path``): the paper's Fig. 6, a stronger
   intervener against self-intervention;
 * ``rti_cal``: the corrected tokens' behaviour log-prob is pi_cal, the distribution they were drawn
-  from, instead of pi_roll (``loss.intervened_old_logp=cal``).
+  from, instead of pi_roll (``loss.intervened_old_logp=cal``);
+* ``rti_self``: the policy is its own Validator and Verifier as well as Corrector (``intervention.validator=llm
+  intervention.verifier=llm``, the paper's default), for a policy taught to judge (``--exp=judge_sft``;
+  its card gives ``intervention.judge_max_new_tokens``);
+* ``grpo``: the same config trained with GRPO, the row every variant is read against.
+
+    python experiments/run.py --exp=intervention_variants --variants grpo rti rti_self --seeds 0 1 2 \
+      policy.path=policies/navigation_judge intervention.judge_max_new_tokens=N               # who judges
 
 The table: test p@1, avg p@k, avg pk, the last periodic evaluation's p@1 (the validation split:
 what chooses between variants), groups replaced, corrections applied, the mean PPL of applied
@@ -32,7 +39,7 @@ from experiments import navigation as nav_exp
 from rti_jax import experiment
 
 DEFAULT_INTERVENER = "policies/navigation_teacher"
-VARIANTS = ("rti", "rti_teacher", "rti_cal")
+VARIANTS = ("rti", "rti_teacher", "rti_cal", "rti_self", "grpo")
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
@@ -45,7 +52,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
 def variant_overrides(names: Sequence[str], intervener: str) -> dict[str, list[str]]:
   per = {"rti": ["loss.method=rti"],
          "rti_teacher": ["loss.method=rti", f"intervention.intervener_path={intervener}"],
-         "rti_cal": ["loss.method=rti", "loss.intervened_old_logp=cal"]}
+         "rti_cal": ["loss.method=rti", "loss.intervened_old_logp=cal"],
+         "rti_self": ["loss.method=rti", "intervention.validator=llm", "intervention.verifier=llm"],
+         "grpo": ["loss.method=grpo"]}
   return {n: per[n] for n in names}
 
 

@@ -283,6 +283,48 @@ def table(m: dict[str, Any]) -> str:
   return "\n".join(lines)
 
 
+def write_card(args: argparse.Namespace, m: dict[str, Any], path: str) -> None:
+  """The built policy's card: what it is, its data, how to rebuild and use it, what was measured."""
+  b, q, me = m["build"], m["questions"], m["measure"]
+  name = os.path.basename(os.path.normpath(args.policy_dir))
+  budget = b["judge_max_new_tokens"]
+  kinds = ", ".join(f"{k} {v}" for k, v in m["data"]["kinds"].items() if v)
+  flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in b["args"].items() if k not in ("quick",))
+  text = f"""# {name}: {b['init']} as its own Validator and Verifier
+
+`{b['init']}` taught to answer the {b['domain']} Validator and Verifier prompts (the judges' chat: one
+user turn, no tools) with the verdicts of the environment's rule oracles, so that it can judge its
+own steps (self-intervention, `intervention.validator=llm intervention.verifier=llm`). The agent
+is unchanged in format and tokenization: {len(m['new_tokens'])} pre-tokens the judges' prompts repeat
+became whole tokens ({m['tokenizer_size']} in all) only where the policy's own text encodes as before.
+
+## Use
+
+    python experiments/run.py --exp={b['domain']} policy.path={args.policy_dir} intervention.validator=llm intervention.verifier=llm intervention.judge_max_new_tokens={budget}
+
+## Training data
+
+The questions of one intervened rollout per task of `{b['init']}` itself (rule roles deciding, the
+policy as Corrector), {b['args']['rounds']} rounds over the {m['splits']['train']} train-split tasks outside the
+validation split: Validator {q['validator']['recorded']} questions ({q['validator']['objected']} flagged),
+Verifier {q['verifier']['recorded']} ({q['verifier']['objected']} rejected). Every objection and as many others
+at random were trained, plus one episode per task sampled from the policy at T = 1 (`replay`, which
+holds the agent where it was): {kinds}; {m['sft']['steps']} SFT steps. The Validator's
+`suggest_next` is the oracle's {b['suggestion']} suggestion. The longest answer is
+{m['answer_tokens_max']} tokens; the judges' budget is {budget}.
+
+## Rebuilding
+
+    python experiments/run.py --exp=judge_sft --env {b['domain']} --policy {b['init']} {flags} --policy-dir {args.policy_dir}
+
+## Agreement with the rule oracles (test split, {me['test_tasks']} tasks, one intervened rollout each)
+
+{table(me)}
+"""
+  with open(path, "w") as f:
+    f.write(text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   args = parse_args(argv)
   if args.quick:
@@ -300,6 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics["measure"] = measure(args, s, args.policy_dir, metrics["build"]["judge_max_new_tokens"],
                                  base=args.policy or s["cfg"].policy.path)
   _save(args, metrics, t0)
+  if not args.eval_only:
+    write_card(args, metrics, os.path.join(args.policy_dir, "README.md"))
   text = table(metrics["measure"])
   with open(os.path.join(args.out, "table.md"), "w") as f:
     f.write(text + "\n")

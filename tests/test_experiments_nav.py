@@ -301,3 +301,8 @@ def test_intervention_variants_resolve_like_the_runs_they_can_reuse():
   teacher = load_config("navigation", [*v["rti_teacher"], "train.seed=1"])
   assert teacher.intervention.intervener_path == "policies/navigation_teacher"
   assert load_config("navigation", v["rti_cal"]).loss.intervened_old_logp == "cal"
+  both = iv.variant_overrides(["grpo", "rti_self"], "unused")
+  assert to_yaml(load_config("navigation", [*both["grpo"], "train.seed=1"])) == to_yaml(
+    load_config("navigation", ["loss.method=grpo", "train.seed=1"]))
+  self_judged = load_config("navigation", both["rti_self"])
+  assert (self_judged.intervention.validator, self_judged.intervention.verifier) == ("llm", "llm")

@@ -17,7 +17,7 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LINEAGE_PATH = ROOT / "policies" / "LINEAGE.yaml"
-BUILDERS = ("navigation_sft", "telecom_sft")
+BUILDERS = ("navigation_sft", "telecom_sft", "judge_sft")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +58,9 @@ def load_lineage(path: str | pathlib.Path = LINEAGE_PATH) -> dict[str, Stage]:
       raise ValueError(f"{where}.builder: expected one of {list(BUILDERS)}, got {stage.builder!r}")
     if not isinstance(stage.path, str) or not stage.path:
       raise ValueError(f"{where}.path: expected a policy dir, got {stage.path!r}")
-    if stage.init is not None and (stage.init not in out or out[stage.init].builder != stage.builder):
+    # A judge_sft stage teaches the judges to a policy of any builder; the others continue their own.
+    if stage.init is not None and (stage.init not in out or (out[stage.init].builder != stage.builder
+                                                             and stage.builder != "judge_sft")):
       raise ValueError(f"{where}.init: expected an earlier {stage.builder} stage of {sorted(out)}, got {stage.init!r}")
     if any(o.split("=", 1)[0].strip() == "init" for o in stage.overrides):
       raise ValueError(f"{where}.overrides: init is the field 'init' (a stage name), not an override")
