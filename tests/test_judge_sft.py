@@ -202,3 +202,49 @@ def test_recorded_questions_carry_the_oracles_answers_for_the_policys_own_steps(
   flagged = sum(not s.truth.is_valid for s in val)
   assert flagged >= 1 and len(ver) <= flagged  # only flagged steps get a rewrite to review
   assert all(s.ctx.history[0]["content"] == s.ctx.user_query for s in steps)
+
+
+JUDGE = "policies/navigation_judge"
+
+
+@pytest.mark.slow
+def test_the_shipped_judge_reads_the_agents_text_as_its_base_and_judges_scripted_steps(nav_tok):
+  """``policies/navigation_judge``: the base policy's episodes encode to the same ids under its
+  tokenizer; asked greedily (the card's budget), it flags scripted drafts that plan the route to a
+  wrong first result and passes the first searches, in well-formed JSON."""
+  from transformers import AutoTokenizer
+
+  from rti_jax.envs import navigation as nav
+  from rti_jax.generation.base import SamplingParams
+  from rti_jax.generation.jax_backend import JaxBackend
+  from rti_jax.intervention.judges import LLMValidator
+  from rti_jax.intervention.rules_navigation import NavigationRuleValidator
+  from rti_jax.policy.evaluate import load_policy
+  from rti_jax.policy.sft_data import OracleAgent, TrustingAgent, play, scripted, step_context
+
+  build = json.loads(open(f"{JUDGE}/build.json").read())
+  tok = AutoTokenizer.from_pretrained(JUDGE, local_files_only=True)
+  bench = nav.load_benchmark("tiny")
+  env = nav.NavigationEnv(bench.world)
+  tasks = [t for t in bench.test if t.needs_disambiguation][:8]
+  wrong, first = [], []
+  for task in tasks:
+    msgs = play(env, scripted(TrustingAgent, task, check=True), task)  # in the policy's format
+    for text in (m["content"] for m in msgs):
+      assert tok.encode(text, add_special_tokens=False) == nav_tok.encode(text, add_special_tokens=False)
+    k = [i for i, m in enumerate(msgs) if m["role"] == "assistant"][1]  # the route after trusting first results
+    env.replay(task, [m["content"] for m in msgs[:k] if m["role"] == "assistant"])
+    ctx = step_context(msgs[:k], msgs[k]["content"], env)
+    if not NavigationRuleValidator().judge(ctx).is_valid:
+      wrong.append(ctx)
+    oracle = play(env, scripted(OracleAgent, task, check=True), task)
+    env.replay(task, [])
+    first.append(step_context(oracle[:2], oracle[2]["content"], env))
+  assert len(wrong) >= 6
+  model, _, fmt = load_policy(JUDGE)
+  llm = JudgeLLM(JaxBackend(model, max_cache_len=2048, pad_id=tok.pad_token_id), judge_sft.judge_formatter(fmt),
+                 SamplingParams(max_new_tokens=build["judge_max_new_tokens"], temperature=0.0), 2048)
+  said = LLMValidator(llm).validate(wrong + first)
+  assert not any(j.malformed or j.over_context for j in said)
+  flagged = [not j.is_valid for j in said]
+  assert sum(flagged[:len(wrong)]) >= len(wrong) - 2 and sum(flagged[len(wrong):]) <= 1, flagged
