@@ -13,7 +13,9 @@ oracle objects to is kept, with as many others drawn at random (``--accept-per-o
 pre-tokens those prompts and answers repeat become whole tokens where the policy's own text
 encodes exactly as before (``grow_tokenizer``), and the SFT mix adds one episode per train task
 sampled from the policy at T = 1 (``replay``: its expected gradient is zero at the policy, so it
-only holds the agent where it was). The policy (``--policy-dir``, default ``<out>/policy``) gets
+only holds the agent where it was), and the same for the policy's own corrections: each correction
+prompt p_cal with the rewrite the policy sampled from it at T = 1 (the Corrector skill, whose
+message's wording must also encode as before). The policy (``--policy-dir``, default ``<out>/policy``) gets
 ``build.json`` and a card.
 
 The measurement: on the test split, one intervened rollout per task of the built policy, each
@@ -117,12 +119,12 @@ def setting(args: argparse.Namespace) -> dict[str, Any]:
           "judge_context": config_lib.judge_context(cfg)}
 
 
-def record(s: dict[str, Any], tasks: Sequence[Any], backend: Any, fmt: Any, seed: int) -> list[Any]:
+def record(s: dict[str, Any], tasks: Sequence[Any], backend: Any, fmt: Any, seed: int, **kw: Any) -> list[Any]:
   from rti_jax.policy import judge_sft
 
   src = s["source"]
   return judge_sft.record_steps(tasks, src.env_factory, backend, fmt, s["roles"], s["intervention"], s["rollout"],
-                                task_id=src.task_id, seed=seed)
+                                task_id=src.task_id, seed=seed, **kw)
 
 
 def pass_rate(s: dict[str, Any], backend: Any, fmt: Any, tasks: Sequence[Any], samples: int, seed: int) -> float:
@@ -151,8 +153,10 @@ def build(args: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]:
   backend = backend_for(model, tok, cfg)
   t0 = time.time()
   steps: list[Any] = []
+  corrections: list[tuple[list[int], list[int]]] = []  # the policy's own corrections at T = 1, replayed
   for r in range(args.rounds):
-    steps += record(s, s["train"], backend, fmt, seed=1000 * args.seed + 17 * r)
+    steps += record(s, s["train"], backend, fmt, seed=1000 * args.seed + 17 * r, corrector_temperature=1.0,
+                    corrections=corrections)
     _log(f"round {r + 1}/{args.rounds}: {len(steps)} questions recorded ({time.time() - t0:.0f}s)")
   replay_cfg = dataclasses.replace(s["rollout"], group_size=1, behaviour_temperature=1.0,
                                    sampling=dataclasses.replace(s["rollout"].sampling, temperature=1.0))
@@ -166,7 +170,9 @@ def build(args: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]:
            for role in judge_sft.ROLES}
   cands = list(dict.fromkeys(c for role in judge_sft.ROLES if texts[role]
                              for c in judge_sft.frequent_pretokens(tok, texts[role], args.min_share)))
-  agent_texts = [tok.decode(t.token_ids, skip_special_tokens=True) for t in replay]
+  # What the policy reads and writes as the agent, the correction prompts' messages included.
+  agent_texts = [tok.decode(t.token_ids, skip_special_tokens=True) for t in replay] + [
+    tok.decode(p + c, skip_special_tokens=True) for p, c in corrections]
   new_tok, kept, like = judge_sft.grow_tokenizer(tok, cands, agent_texts)
   _log(f"tokenizer: {len(kept)} of {len(cands)} frequent judge pre-tokens made whole ({len(tok)} -> {len(new_tok)} tokens)")
   if like:
@@ -180,6 +186,8 @@ def build(args: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]:
   answer_len = max((sum(e.loss_mask) for e in examples), default=0)
   examples += [SFTExample(t.task_id, "replay", tuple(t.token_ids), tuple(t.loss_mask)) for t in replay
                if len(t.token_ids) <= scfg.max_len and any(t.loss_mask)]
+  examples += [SFTExample("correction", "correction", tuple(p + c), tuple([False] * len(p) + [True] * len(c)))
+               for p, c in corrections if len(p) + len(c) <= scfg.max_len]
   data = summary(examples)
   _log(f"SFT data: {json.dumps({k: v for k, v in data.items() if k != 'kinds'})}, "
        f"{ {k: v for k, v in data['kinds'].items() if v} }, {too_long} questions over {scfg.max_len} tokens left out")

@@ -191,9 +191,10 @@ def test_recorded_questions_carry_the_oracles_answers_for_the_policys_own_steps(
   tasks = [t for t in source.train if t.needs_disambiguation][:3]
   model, tok, fmt = load_policy(POLICY)
   backend = JaxBackend(model, max_cache_len=2048, pad_id=tok.pad_token_id)
+  corrections: list = []
   steps = judge_sft.record_steps(tasks, source.env_factory, backend, fmt, registry.rule_roles("navigation"),
                                  config_lib.intervention_config(cfg, "navigation"), config_lib.rollout_config(cfg),
-                                 task_id=source.task_id, seed=3)
+                                 task_id=source.task_id, seed=3, corrector_temperature=1.0, corrections=corrections)
   val = [s for s in steps if s.role == "validator"]
   ver = [s for s in steps if s.role == "verifier"]
   assert len(val) >= len(tasks) and all(s.corrected is None for s in val)
@@ -202,6 +203,9 @@ def test_recorded_questions_carry_the_oracles_answers_for_the_policys_own_steps(
   flagged = sum(not s.truth.is_valid for s in val)
   assert flagged >= 1 and len(ver) <= flagged  # only flagged steps get a rewrite to review
   assert all(s.ctx.history[0]["content"] == s.ctx.user_query for s in steps)
+  assert len(corrections) == len(ver)  # every sampled rewrite went to the Verifier
+  for (p_cal, ids), s in zip(corrections, ver):
+    assert fmt.decode(ids) == s.corrected and "Suggested direction:" in fmt.tokenizer.decode(p_cal)
 
 
 JUDGE = "policies/navigation_judge"

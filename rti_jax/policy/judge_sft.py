@@ -58,11 +58,19 @@ class JudgeStep:
 
 class RecordingRoles:
   """A Validator and a Verifier that answer with ``validator`` / ``verifier`` (the rule oracles)
-  and keep every question with its answer in ``steps``, in call order."""
+  and keep every question with its answer in ``steps``, in call order; with a ``corrector``, also
+  every correction prompt p_cal with the ids the Corrector sampled from it (``corrections``)."""
 
-  def __init__(self, validator: Any, verifier: Any) -> None:
-    self.validator, self.verifier = validator, verifier
+  def __init__(self, validator: Any, verifier: Any, corrector: Any = None) -> None:
+    self.validator, self.verifier, self.corrector = validator, verifier, corrector
     self.steps: list[JudgeStep] = []
+    self.corrections: list[tuple[list[int], list[int]]] = []
+
+  def correct(self, ctxs: Sequence[StepContext], judgements: Sequence[Any], cal_prompts: Sequence[Sequence[int]],
+              seed: int) -> list[Any]:
+    out = self.corrector.correct(ctxs, judgements, cal_prompts, seed)
+    self.corrections += [(list(map(int, p)), list(c.token_ids)) for p, c in zip(cal_prompts, out) if c.token_ids]
+    return out
 
   def validate(self, ctxs: Sequence[StepContext]) -> list[ValidatorJudgement]:
     out = self.validator.validate(ctxs)
@@ -77,17 +85,25 @@ class RecordingRoles:
 
 def record_steps(tasks: Sequence[Any], env_factory: Callable[[], Any], backend: Any, formatter: ChatFormatter,
                  rule_roles: tuple[Any, Any], intervention_config: Any, rollout_config: Any, *,
-                 task_id: Callable[[Any], str], seed: int) -> list[JudgeStep]:
+                 task_id: Callable[[Any], str], seed: int, corrector_temperature: float | None = None,
+                 corrections: list[tuple[list[int], list[int]]] | None = None) -> list[JudgeStep]:
   """The judges' questions of one intervened rollout per task (``run_intervened_rollouts``: the
-  policy drafts every step and rewrites flagged ones; ``rule_roles`` decide), with their answers."""
+  policy drafts every step and rewrites flagged ones; ``rule_roles`` decide), with their answers.
+
+  corrector_temperature: the Corrector samples at this temperature (default: the rollout's).
+  corrections: where given, gets every (correction prompt p_cal, sampled correction ids).
+  """
   from rti_jax.intervention import InterventionRoles, InterventionStats, PolicyCorrector, run_intervened_rollouts
 
-  rec = RecordingRoles(*rule_roles)
-  roles = InterventionRoles(validator=rec, verifier=rec,
-                            corrector=PolicyCorrector(backend, rollout_config.sampling, formatter.end_of_turn_id))
+  sampling = rollout_config.sampling if corrector_temperature is None else dataclasses.replace(
+    rollout_config.sampling, temperature=corrector_temperature)
+  rec = RecordingRoles(*rule_roles, corrector=PolicyCorrector(backend, sampling, formatter.end_of_turn_id))
+  roles = InterventionRoles(validator=rec, verifier=rec, corrector=rec)
   cfg = dataclasses.replace(intervention_config, num_intervened_rollouts=1)
   run_intervened_rollouts(list(tasks), env_factory, backend, formatter, roles, cfg, rollout_config,
                           InterventionStats(), task_id=task_id, seed=seed)
+  if corrections is not None:
+    corrections += rec.corrections
   return rec.steps
 
 
