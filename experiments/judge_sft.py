@@ -76,15 +76,13 @@ def _log(s: str) -> None:
 
 
 def load_policy(path: str, tool_schemas: Any) -> tuple[Any, Any, Any]:
-  from transformers import AutoTokenizer
-
-  from models.weights import from_pretrained
+  """``policy.evaluate.load_policy`` with the environment's tool schemas in the formatter."""
+  from rti_jax.policy import evaluate
   from rti_jax.rollout import ChatFormatter
 
   if not os.path.isdir(path):
     raise SystemExit(f"--policy: {path} is not a policy directory")
-  model, _ = from_pretrained(path)
-  tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+  model, tok, _ = evaluate.load_policy(path)
   return model, tok, ChatFormatter(tok, tool_schemas)
 
 
@@ -145,6 +143,7 @@ def build(args: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]:
   from models.weights import save_pretrained
   from rti_jax.policy import judge_sft, sft
   from rti_jax.policy.sft_example import SFTExample, summary
+  from rti_jax.policy.tokenizer import save_tokenizer
   from rti_jax.rollout import ChatFormatter, rollout_groups
 
   cfg, src = s["cfg"], s["source"]
@@ -195,15 +194,7 @@ def build(args: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]:
   _log(f"SFT: {result.steps} steps in {result.wall_s:.0f}s, final loss {np.mean(result.losses[-10:]):.4f}")
   os.makedirs(args.policy_dir, exist_ok=True)
   save_pretrained(model, model.config, args.policy_dir)
-  new_tok.save_pretrained(args.policy_dir)
-  tc = os.path.join(args.policy_dir, "tokenizer_config.json")
-  with open(tc) as f:
-    tconf = json.load(f)
-  for key in ("is_local", "local_files_only"):
-    tconf.pop(key, None)
-  with open(tc, "w") as f:
-    json.dump(tconf, f, indent=2, ensure_ascii=False)
-    f.write("\n")
+  save_tokenizer(new_tok, args.policy_dir)
   judge_tokens = args.judge_tokens or answer_len + 16
   record_json = {"domain": src.domain, "builder": "judge_sft", "init": policy, "config_file": args.config or args.env,
                  "overrides": list(args.overrides), "suggestion": suggestion, "judge_max_new_tokens": judge_tokens,

@@ -224,7 +224,8 @@ def build(args: argparse.Namespace, cfg: NavigationSFTConfig, bench: Any, log: A
   from models.weights import save_pretrained
   from rti_jax.envs import navigation as nav
   from rti_jax.policy import sft, sft_data, sft_swap
-  from rti_jax.policy.tokenizer import END_OF_TURN, NAME_PATTERN, PAD_TOKEN, PRE_TOKENIZER_PATTERN, build_tokenizer
+  from rti_jax.policy.tokenizer import (END_OF_TURN, NAME_PATTERN, PAD_TOKEN, PRE_TOKENIZER_PATTERN, build_tokenizer,
+                                       save_tokenizer)
   from rti_jax.rollout import ChatFormatter
 
   env = nav.NavigationEnv(bench.world)
@@ -339,16 +340,7 @@ def build(args: argparse.Namespace, cfg: NavigationSFTConfig, bench: Any, log: A
   log(f"SFT: {result.steps} steps in {result.wall_s:.0f}s, final loss {np.mean(result.losses[-10:]):.4f}")
   os.makedirs(args.policy_dir, exist_ok=True)
   save_pretrained(model, mcfg, args.policy_dir)
-  tok.save_pretrained(args.policy_dir)
-  if cfg.init:  # loading with local_files_only leaves these in the saved config; they are not the tokenizer's
-    tc = os.path.join(args.policy_dir, "tokenizer_config.json")
-    with open(tc) as f:
-      tconf = json.load(f)
-    for key in ("is_local", "local_files_only"):
-      tconf.pop(key, None)
-    with open(tc, "w") as f:
-      json.dump(tconf, f, indent=2, ensure_ascii=False)
-      f.write("\n")
+  save_tokenizer(tok, args.policy_dir)
   record = build_record(args, cfg)
   with open(os.path.join(args.policy_dir, "build.json"), "w") as f:
     json.dump(record, f, indent=1)

@@ -31,7 +31,7 @@ without training or downloading one.
 from __future__ import annotations
 
 import os
-from typing import Iterable
+from typing import Any, Iterable
 
 from transformers import PreTrainedTokenizerFast
 
@@ -231,3 +231,21 @@ def add_whole_pretokens(fast: PreTrainedTokenizerFast, texts: Iterable[str]) -> 
     unk_token=None, bos_token=None, clean_up_tokenization_spaces=False, model_max_length=fast.model_max_length)
   out.chat_template = fast.chat_template
   return out, ids
+
+
+def save_tokenizer(tok: Any, policy_dir: str) -> None:
+  """Saves ``tok`` into ``policy_dir`` without the load-time keys a tokenizer read with
+  ``local_files_only`` carries into its saved config (they are not the tokenizer's)."""
+  import json
+
+  tok.save_pretrained(policy_dir)
+  path = os.path.join(policy_dir, "tokenizer_config.json")
+  with open(path) as f:
+    conf = json.load(f)
+  if not any(k in conf for k in ("is_local", "local_files_only")):
+    return
+  for key in ("is_local", "local_files_only"):
+    conf.pop(key, None)
+  with open(path, "w") as f:
+    json.dump(conf, f, indent=2, ensure_ascii=False)
+    f.write("\n")
