@@ -75,10 +75,13 @@ def subset_names(results: dict[str, Any]) -> list[str]:
 
 def summary_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
   """One row per method (percent, mean over seeds): p@1, avg p@k, avg pk, p@1 per subset, the Table 6
-  counters summed over iterations and seeds, and the training minutes (mean over seeds)."""
+  counters summed over iterations and seeds, the training minutes (mean over seeds), and, when the
+  environment checks its rewards against a reference evaluator (``reward_audit/*``), the episodes
+  checked in training and evaluation with the disagreements."""
   subsets = subset_names(results)
+  audited = audit_totals(results)
   cols = ["method", "p@1", "avg p@k", "avg pk", *[f"{s} p@1" for s in subsets], *[c for c, _ in TABLE6],
-          "train min"]
+          "train min", *(["reward checks (off)"] if audited else [])]
   rows = []
   for method in results["methods"]:
     runs = [r for r in results["runs"].values() if method in r]
@@ -91,8 +94,24 @@ def summary_rows(results: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
       vals.append(int(sum(x.get(key, 0) for x in records)) if method != "base" else "-")
     times = [r[f"{method}_train_s"] for r in runs if r.get(f"{method}_train_s") is not None]
     vals.append(float(np.mean(times)) / 60 if times else "-")
+    if audited:
+      checked, off = audited.get(method, (0, 0))
+      vals.append(f"{checked} ({off})")
     rows.append([method, *vals])
   return cols, rows
+
+
+def audit_totals(results: dict[str, Any]) -> dict[str, tuple[int, int]]:
+  """method -> (episodes whose reward was also checked by the reference evaluator, disagreements),
+  over its training records and evaluations, all seeds; ``{}`` when nothing was checked."""
+  out: dict[str, tuple[int, int]] = {}
+  for method in results["methods"]:
+    found = [*[x for r in results["runs"].values() for x in r.get(f"{method}_records", [])],
+             *[r[method] for r in results["runs"].values() if method in r]]
+    checked = sum(int(x.get("reward_audit/checked", 0)) for x in found)
+    if checked:
+      out[method] = (checked, sum(int(x.get("reward_audit/mismatched", 0)) for x in found))
+  return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

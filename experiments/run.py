@@ -44,6 +44,8 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "navigation_sft": ("experiments.navigation_sft",
                        "build the tiny Navigation base policy by SFT (configs/sft_navigation.yaml; --chain)"),
     "telecom_sft": ("experiments.telecom_sft", "build the tiny Telecom base policy by SFT (configs/sft_telecom.yaml)"),
+    "tau2_sft": ("experiments.tau2_sft",
+                 "build a tiny tau2-Retail or tau2-Airline base policy by SFT (--env; configs/sft_tau2.yaml)"),
     "judge_sft": ("experiments.judge_sft",
                   "teach a policy to be its own Validator and Verifier by SFT on the rule oracles; their agreement"),
     "decision_probe": ("experiments.diagnostics.decision_probe",

@@ -270,28 +270,10 @@ def telecom_behaviour(backend: Any, fmt: Any, tasks: Sequence[Any], samples: int
 
 
 def telecom_intervention(backend: Any, fmt: Any, tasks: Sequence[Any], max_turns: int, seed: int) -> dict[str, Any]:
-  """One self-intervened rollout per task (Algorithm 1 lines 9-23: rule-based Validator and
-  Verifier, the policy as Corrector, PPL gate delta 5): corrections applied, their mean PPL_roll,
-  and the success rate."""
-  from rti_jax.intervention import InterventionConfig, InterventionStats, PolicyCorrector, run_intervened_rollouts
-  from rti_jax.intervention.pipeline import InterventionRoles, rule_roles
+  """One self-intervened rollout per task (``policy.evaluate.rule_intervention_check`` on Telecom)."""
   from rti_jax.policy import evaluate as ev
 
-  cfg = ev.rollout_config(1, 1.0, max_new_tokens=96, max_context_tokens=4096, seed=seed)
-  validator, verifier = rule_roles("telecom")
-  roles = InterventionRoles(validator, PolicyCorrector(backend, cfg.sampling, fmt.end_of_turn_id), verifier)
-  stats = InterventionStats(groups_total=len(tasks), groups_triggered=len(tasks))
-  runs = run_intervened_rollouts(list(tasks), _env_factory(max_turns), backend, fmt, roles,
-                                 InterventionConfig(domain="telecom"), cfg, stats, task_id=lambda t: t.task_id,
-                                 seed=seed)
-  trajs = [t for r in runs for t in r]
-  return {
-    "tasks": len(tasks), "steps_flagged": stats.steps_flagged, "corrections_applied": stats.corrections_applied,
-    "verifier_rejected": stats.verifier_rejected, "ppl_rejected": stats.ppl_rejected,
-    "mean_applied_ppl": stats.mean_accepted_ppl if stats.corrections_applied else float("nan"),
-    "success_rate": sum(t.reward >= 1.0 for t in trajs) / max(1, len(trajs)),
-    "stats": stats.as_dict(prefix=""),
-  }
+  return ev.rule_intervention_check(backend, fmt, tasks, _env_factory(max_turns), "telecom", seed)
 
 
 if __name__ == "__main__":

@@ -311,6 +311,7 @@ class Trainer:
         "time/iteration_s": t_end - t0,
         "tokens_per_s": num_tokens / max(t_end - t0, 1e-9),
     }
+    record.update(reward_audits(groups))
     record.update(istats.as_dict())
     record.update(mixed_stats)
     record.update(rollout_stats)
@@ -403,6 +404,7 @@ class Trainer:
     cfg = dataclasses.replace(self.rollout_config, group_size=samples)
     chunk = max(1, self.cfg.rollout.tasks_per_iter * self.cfg.rollout.group_size // samples)
     successes = np.zeros((len(tasks), samples), np.float32)
+    audits = np.zeros(2, np.int64)
     bar = tqdm(total=len(tasks), desc=desc, disable=not self.progress, leave=False,
                position=None if self.bar_line is None else 2 * self.bar_line + 1)
     for start in distributed.owned(range(0, len(tasks), chunk)):  # all chunks in one process
@@ -411,6 +413,8 @@ class Trainer:
                               task_id=self.source.task_id, seed=seed + start)
       successes[start:start + len(part)] = [[float(t.reward >= self.source.success_threshold) for t in g]
                                             for g in groups]
+      checked = reward_audits(groups)
+      audits += [checked.get("reward_audit/checked", 0), checked.get("reward_audit/mismatched", 0)]
       bar.update(len(part))
     bar.close()
     successes = distributed.sum_over_processes(successes)
@@ -424,6 +428,9 @@ class Trainer:
       if (~sel).any():
         out[f"not_{name}"] = paper_summary(successes[~sel], ks)
     out["successes"] = successes.astype(int).tolist()
+    audits = distributed.sum_over_processes(audits)
+    if audits[0]:
+      out["reward_audit/checked"], out["reward_audit/mismatched"] = int(audits[0]), int(audits[1])
     return out
 
   # --- the loop ------------------------------------------------------------------------------
@@ -510,6 +517,18 @@ class Trainer:
     save_pretrained(policy, self.model_config, str(path), dtype=self.model_config.dtype,
                     eos_token_ids=[int(t) for t in dict.fromkeys(stops) if t is not None])
     save_tokenizer(self.tokenizer, path)
+
+
+def reward_audits(groups: Sequence[Sequence[Trajectory]]) -> dict[str, int]:
+  """``{"reward_audit/checked", "reward_audit/mismatched"}``: the episodes of ``groups`` whose
+  environment also scored them by a reference evaluator (final ``info`` ``reward_audits``, e.g.
+  ``Tau2Env(audit_share=...)``) and how many of those disagreed; ``{}`` when none was checked."""
+  finals = [t.turns[-1].env_info for g in groups for t in g if t.turns]
+  checked = sum(int(i.get("reward_audits", 0)) for i in finals)
+  if not checked:
+    return {}
+  return {"reward_audit/checked": checked,
+          "reward_audit/mismatched": sum(int(i.get("reward_audit_mismatches", 0)) for i in finals)}
 
 
 def _truncate_jsonl(path: pathlib.Path, iteration: int) -> None:

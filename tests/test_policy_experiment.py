@@ -111,7 +111,8 @@ def test_every_build_config_loads_and_is_the_schema_defaults_and_quick_is_a_prof
   """Every configs/sft_*.yaml loads with its builder's schema and writes out the dataclass defaults
   (the builds' defaults before any override); --quick only adds overrides that a later one wins over."""
   loaders = {"sft_navigation": (build_config.load_navigation, build_config.NavigationSFTConfig),
-             "sft_telecom": (build_config.load_telecom, build_config.TelecomSFTConfig)}
+             "sft_telecom": (build_config.load_telecom, build_config.TelecomSFTConfig),
+             "sft_tau2": (build_config.load_tau2, build_config.Tau2SFTConfig)}
   files = sorted(p.stem for p in (ROOT / "configs").glob("sft_*.yaml"))
   assert files == sorted(loaders)
   for name in files:
@@ -141,7 +142,8 @@ def test_chain_recipe_matches_the_shipped_builds():
     elif stage.shipped:
       build = json.loads((ROOT / stage.path / "build.json").read_text())
       prev = stages[stage.init].path if stage.init else None
-      load = build_config.load_navigation if stage.builder == "navigation_sft" else build_config.load_telecom
+      load = {"navigation_sft": build_config.load_navigation, "telecom_sft": build_config.load_telecom,
+              "tau2_sft": build_config.load_tau2}[stage.builder]
       assert build["builder"] == stage.builder and build["quick"] is False, stage.name
       assert build["overrides"] == lineage.stage_overrides(stage, prev), stage.name
       assert build["config"] == build_config.to_dict(load(build["config_file"], build["overrides"])), stage.name

@@ -12,6 +12,7 @@ build records in its policy's ``build.json``.
 
 * ``NavigationSFTConfig`` (``experiments/navigation_sft.py``, ``configs/sft_navigation.yaml``)
 * ``TelecomSFTConfig`` (``experiments/telecom_sft.py``, ``configs/sft_telecom.yaml``)
+* ``Tau2SFTConfig`` (``experiments/tau2_sft.py``, ``configs/sft_tau2.yaml``; Retail and Airline)
 """
 
 from __future__ import annotations
@@ -199,6 +200,54 @@ TELECOM_QUICK = (
 )
 
 
+@dataclasses.dataclass
+class Tau2DataConfig:
+  """The SFT mix (``tau2_sft_data``); the generated training tasks only, in the source's order."""
+
+  num_train: int = 600  # the RL config's env.num_train: the training split the holdout is cut from
+  holdout: int = 40  # the last train tasks, kept out of SFT (the RL validation split, train.val_tasks)
+  max_tasks: int = 0  # SFT on the first this-many of the other train tasks only (0 = all)
+  resolve_share: float = 0.06  # gold episodes with the decision trained
+  continue_share: float = 0.35  # gold episodes, decisive turn as context
+  complete_share: float = 0.5  # gold episodes trained except the decisive turn's first token
+  correction_share: float = 0.6  # correction examples (p_cal -> the confirmation)
+  correction: str = "feedback"
+
+
+@dataclasses.dataclass
+class Tau2TrainConfig:
+  lr: float = 3e-3
+  epochs: float = 2.0
+  tokens_per_batch: int = 8192  # at least the longest example
+
+
+@dataclasses.dataclass
+class Tau2EvalConfig:
+  """Behaviour on the held-out train tasks with the real sampler (skipped with --no-eval)."""
+
+  tasks: Optional[int] = 20  # held-out tasks sampled (null = all of data.holdout)
+  samples: int = 4  # samples per task at temperature 1
+  max_turns: int = 30  # assistant turns per sampled episode (configs/retail.yaml env.max_turns)
+
+
+@dataclasses.dataclass
+class Tau2SFTConfig:
+  """A build of a tiny tau2-Retail or tau2-Airline policy (``experiments/tau2_sft.py``)."""
+
+  seed: int = 0
+  tokenizer: TelecomTokenizerConfig = dataclasses.field(default_factory=TelecomTokenizerConfig)
+  model: TinyQwenConfig = dataclasses.field(default_factory=TinyQwenConfig)
+  data: Tau2DataConfig = dataclasses.field(default_factory=Tau2DataConfig)
+  train: Tau2TrainConfig = dataclasses.field(default_factory=Tau2TrainConfig)
+  eval: Tau2EvalConfig = dataclasses.field(default_factory=Tau2EvalConfig)
+
+
+TAU2_QUICK = (
+    "model.hidden=32", "model.layers=1", "model.head_dim=16", "model.heads=2", "train.epochs=0.05",
+    "tokenizer.vocab=1024", "data.max_tasks=8", "eval.tasks=2", "eval.samples=2", "eval.max_turns=6",
+)
+
+
 def _check(ok: bool, key: str, expected: str, got: Any) -> None:
   if not ok:
     raise ConfigError(f"{key}: expected {expected}, got {got!r}")
@@ -271,6 +320,26 @@ def validate_telecom(cfg: TelecomSFTConfig) -> TelecomSFTConfig:
   return cfg
 
 
+def validate_tau2(cfg: Tau2SFTConfig) -> Tau2SFTConfig:
+  """Checks choices and ranges; raises ``ConfigError`` naming the key."""
+  _check_finite(cfg)
+  _check(cfg.tokenizer.vocab >= 512, "tokenizer.vocab", "an integer >= 512", cfg.tokenizer.vocab)
+  _check_model(cfg.model)
+  for key in ("resolve_share", "continue_share", "complete_share", "correction_share"):
+    _check(0 <= getattr(cfg.data, key) <= 1, f"data.{key}", "a share in [0, 1]", getattr(cfg.data, key))
+  _check(cfg.data.num_train >= 2, "data.num_train", "an integer >= 2", cfg.data.num_train)
+  _check(0 <= cfg.data.holdout < cfg.data.num_train, "data.holdout", f"an integer in [0, {cfg.data.num_train})",
+         cfg.data.holdout)
+  _check(cfg.data.max_tasks >= 0, "data.max_tasks", "an integer >= 0", cfg.data.max_tasks)
+  _check_correction(cfg.data.correction)
+  _check(cfg.train.lr > 0, "train.lr", "> 0", cfg.train.lr)
+  _check(cfg.train.epochs > 0, "train.epochs", "> 0", cfg.train.epochs)
+  _check(1 <= cfg.eval.max_turns <= 60, "eval.max_turns", "an integer in 1..60", cfg.eval.max_turns)
+  _check(cfg.eval.tasks is None or cfg.eval.tasks >= 1, "eval.tasks", "an integer >= 1 or null", cfg.eval.tasks)
+  _check(cfg.eval.samples >= 1, "eval.samples", "an integer >= 1", cfg.eval.samples)
+  return cfg
+
+
 def _load(schema: type[Any], default_name: str, name_or_path: str | None, overrides: Sequence[str]) -> Any:
   return load_structured(schema, config_path(name_or_path or default_name, "sft_*.yaml"), overrides)
 
@@ -288,6 +357,13 @@ def load_telecom(name_or_path: str | None = None, overrides: Sequence[str] = (),
   """The validated config of a Telecom build (``configs/sft_telecom.yaml``; as ``load_navigation``)."""
   layers = [*(TELECOM_QUICK if quick else ()), *overrides]
   return validate_telecom(_load(TelecomSFTConfig, "sft_telecom", name_or_path, layers))
+
+
+def load_tau2(name_or_path: str | None = None, overrides: Sequence[str] = (), quick: bool = False) -> Tau2SFTConfig:
+  """The validated config of a tau2-Retail / tau2-Airline build (``configs/sft_tau2.yaml``; as
+  ``load_navigation``)."""
+  layers = [*(TAU2_QUICK if quick else ()), *overrides]
+  return validate_tau2(_load(Tau2SFTConfig, "sft_tau2", name_or_path, layers))
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

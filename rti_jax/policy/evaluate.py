@@ -158,3 +158,27 @@ def intervention_behaviour(backend: Any, formatter: ChatFormatter, world: World,
     "stats": stats.as_dict(prefix=""),
     "examples": [{"suggest_next": j.feedback_suggestion, "correction": text} for j, text in rec.pairs[:3]],
   }
+
+
+def rule_intervention_check(backend: Any, formatter: ChatFormatter, tasks: Sequence[Any], env_factory: Any,
+                            domain: str, seed: int, max_new_tokens: int = 96,
+                            max_context_tokens: int = 4096) -> dict[str, Any]:
+  """One self-intervened rollout per task of any registered ``domain`` (Algorithm 1 lines 9-23: the
+  domain's rule-based Validator and Verifier, the policy as Corrector at T = 1, PPL gate delta 5):
+  corrections applied, their mean PPL_roll, and the success rate."""
+  from rti_jax.intervention.pipeline import rule_roles
+
+  cfg = rollout_config(1, 1.0, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens, seed=seed)
+  validator, verifier = rule_roles(domain)
+  roles = InterventionRoles(validator, PolicyCorrector(backend, cfg.sampling, formatter.end_of_turn_id), verifier)
+  stats = InterventionStats(groups_total=len(tasks), groups_triggered=len(tasks))
+  runs = run_intervened_rollouts(list(tasks), env_factory, backend, formatter, roles, InterventionConfig(domain=domain),
+                                 cfg, stats, task_id=lambda t: t.task_id, seed=seed)
+  trajs = [t for r in runs for t in r]
+  return {
+    "tasks": len(tasks), "steps_flagged": stats.steps_flagged, "corrections_applied": stats.corrections_applied,
+    "verifier_rejected": stats.verifier_rejected, "ppl_rejected": stats.ppl_rejected,
+    "mean_applied_ppl": stats.mean_accepted_ppl if stats.corrections_applied else float("nan"),
+    "success_rate": sum(t.reward >= 1.0 for t in trajs) / max(1, len(trajs)),
+    "stats": stats.as_dict(prefix=""),
+  }

@@ -1,9 +1,9 @@
 """The lineage of the shipped policies (``policies/LINEAGE.yaml``): each stage's builder, overrides
 and the stage it continues.
 
-A stage is one run of its builder (``experiments/navigation_sft.py`` or ``telecom_sft.py``) on the
-builder's config file with the stage's overrides, plus ``init=<policy dir>`` of the stage it
-continues. ``chain`` walks back from a stage to its build from scratch; ``stage_overrides`` gives
+A stage is one run of its builder (``experiments/navigation_sft.py``, ``telecom_sft.py``,
+``tau2_sft.py`` with the domain its build.json names) on the builder's config file with the
+stage's overrides, plus ``init=<policy dir>`` of the stage it continues. ``chain`` walks back from a stage to its build from scratch; ``stage_overrides`` gives
 one stage's overrides with the ``init`` it gets in a chain.
 """
 
@@ -17,7 +17,7 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LINEAGE_PATH = ROOT / "policies" / "LINEAGE.yaml"
-BUILDERS = ("navigation_sft", "telecom_sft", "judge_sft")
+BUILDERS = ("navigation_sft", "telecom_sft", "tau2_sft", "judge_sft")
 
 
 @dataclasses.dataclass(frozen=True)

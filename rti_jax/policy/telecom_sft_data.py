@@ -136,16 +136,18 @@ def judge_draft(ctx: Any) -> ValidatorJudgement:
   return validator.judge(ctx)
 
 
-def correction_example(formatter: ChatFormatter, env: TelecomEnv, task: TelecomTask, prefix: Sequence[Message],
-                       draft: str, target: str, message: str = "feedback") -> SFTExample | None:
+def correction_example(formatter: ChatFormatter, env: Any, task: Any, prefix: Sequence[Message],
+                       draft: str, target: str, message: str = "feedback", domain: str = "telecom",
+                       ) -> SFTExample | None:
   """p_cal (``prefix`` + the correction message on ``draft``: the Validator's feedback, or with
   ``message="paper"`` the paper's Corrector inputs with the backend records) -> ``target``, trained
-  on the target only; None when the Validator accepts the draft or the Verifier rejects the target."""
+  on the target only; None when ``domain``'s rule Validator accepts the draft or its rule Verifier
+  rejects the target (any registered domain; ``env`` is that domain's)."""
   from rti_jax.intervention.pipeline import rule_roles
 
   env.reset(task)  # the evidence is the task's
-  validator, verifier = rule_roles("telecom")
-  ctx = step_context(prefix, draft, env, "telecom")
+  validator, verifier = rule_roles(domain)
+  ctx = step_context(prefix, draft, env, domain)
   judgement = validator.judge(ctx)
   if judgement.is_valid or not verifier.judge(ctx, target).ok:
     return None
@@ -155,7 +157,7 @@ def correction_example(formatter: ChatFormatter, env: TelecomEnv, task: TelecomT
   return SFTExample(task.task_id, "correction", tuple(p_cal + turn), tuple([False] * len(p_cal) + [True] * len(turn)))
 
 
-def tail_example(formatter: ChatFormatter, task: TelecomTask, messages: Sequence[Message], turn: int) -> SFTExample:
+def tail_example(formatter: ChatFormatter, task: Any, messages: Sequence[Message], turn: int) -> SFTExample:
   """``messages`` (kind ``resolve_tail``) with every assistant token trained except the first
   token of the turn ``messages[turn]``."""
   ids, mask = encode_messages(formatter, messages)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from typing import Any
 
 from rti_jax.envs.base import ConversationEnv, StepResult, Transcript
@@ -197,12 +198,17 @@ class Tau2Env(ConversationEnv):
   observation: ``compact`` or ``raw`` tool replies (the log keeps tau2's own either way).
   tools_in_prompt: the system message lists the tools (default); False: the policy text only, and
     the tools reach the model through the chat template's ``tools=`` (``tool_schemas()``).
+  audit_share: with ``reward="fast"``, the share of finished episodes also scored by tau2's
+    ``evaluate_simulation`` (drawn by a hash of the episode's messages, so the same episode is always
+    drawn or not); the final ``info`` then has ``reward_audits`` 1 and ``reward_audit_mismatches`` 0 or
+    1 (the trainer sums both into its records).
   """
 
   def __init__(self, domain: str, policy_text: str = "condensed", max_turns: int = MAX_TURNS,
                policy: str | None = None, user: str = "scripted", user_url: str | None = None,
                user_model: str = "default", reward: str = "fast", observation: str = "compact",
-               tools_in_prompt: bool = True, user_timeout_s: float = 120.0, user_max_retries: int = 2) -> None:
+               tools_in_prompt: bool = True, user_timeout_s: float = 120.0, user_max_retries: int = 2,
+               audit_share: float = 0.0) -> None:
     self.domain = bridge.check_domain(domain, bridge.ENV_DOMAINS)
     if not isinstance(max_turns, int) or max_turns < 1:
       raise ValueError(f"max_turns: expected an integer >= 1, got {max_turns!r}")
@@ -217,6 +223,9 @@ class Tau2Env(ConversationEnv):
       raise ValueError(f"reward: expected one of {list(REWARDS)}, got {reward!r}")
     if observation not in OBSERVATIONS:
       raise ValueError(f"observation: expected one of {list(OBSERVATIONS)}, got {observation!r}")
+    if isinstance(audit_share, bool) or not (isinstance(audit_share, (int, float)) and 0.0 <= audit_share <= 1.0):
+      raise ValueError(f"audit_share: expected a share in [0, 1], got {audit_share!r}")
+    self.audit_share = float(audit_share)
     if policy is not None and not (isinstance(policy, str) and policy.strip()):
       raise ValueError(f"policy: expected a non-empty string or None, got {policy!r}")
     text = policy if policy is not None else policy_of(self.domain, policy_text)
@@ -496,7 +505,18 @@ class Tau2Env(ConversationEnv):
     self._transcript.done = True
     self._transcript.reward = self.result.reward
     self._transcript.info["evaluation"] = self.result.to_dict()
+    if self.reward_kind == "fast" and self._drawn_for_audit():
+      audited = self.score("tau2").reward
+      self._transcript.info["reward_audits"] = 1
+      self._transcript.info["reward_audit_mismatches"] = int(audited != self.result.reward)
     return StepResult(messages=new, done=True, reward=self.result.reward, info=self._counters())
+
+
+  def _drawn_for_audit(self) -> bool:
+    if self.audit_share <= 0.0:
+      return False
+    text = json.dumps([[m.get("role"), m.get("content")] for m in self._transcript.messages], default=str)
+    return zlib.crc32(text.encode()) / 2**32 < self.audit_share
 
 
 def _guard(name: str, arguments: Any, tools: frozenset[str]) -> str:

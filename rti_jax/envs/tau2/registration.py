@@ -42,6 +42,9 @@ class Tau2Options:
   observation: str = "compact"
   # generated = test on all of tau2's tasks, train on generated ones; tau2 = tau2's own train/test split.
   splits: str = "generated"
+  # With reward=fast, this share of the finished episodes (training and evaluation) is also scored by
+  # tau2's evaluate_simulation; the records count the checks and any disagreement (reward_audit/*).
+  audit_share: float = 0.1
 
   def validate(self) -> None:
     for name, choices in _CHOICES.items():
@@ -58,6 +61,9 @@ class Tau2Options:
     if isinstance(self.user_timeout_s, bool) or not (isinstance(self.user_timeout_s, (int, float))
                                                       and 0 < self.user_timeout_s < float("inf")):
       raise ValueError(f"user_timeout_s: expected a finite number of seconds > 0, got {self.user_timeout_s!r}")
+    if isinstance(self.audit_share, bool) or not (isinstance(self.audit_share, (int, float))
+                                                  and 0.0 <= self.audit_share <= 1.0):
+      raise ValueError(f"audit_share: expected a share in [0, 1], got {self.audit_share!r}")
     if isinstance(self.user_max_retries, bool) or not (isinstance(self.user_max_retries, int)
                                                         and 0 <= self.user_max_retries <= 10):
       raise ValueError(f"user_max_retries: expected an integer in [0, 10], got {self.user_max_retries!r}")

@@ -69,7 +69,8 @@ def tau2_source(cfg: Any, domain: str, tools_in_template: bool = False) -> TaskS
   train, test = split_tasks(domain, opts.splits, int(cfg.env.num_train), int(cfg.env.seed))
   kwargs = dict(policy_text=opts.policy_text, max_turns=max_turns, user=opts.user, user_url=opts.user_url,
                 user_model=opts.user_model, reward=opts.reward, observation=opts.observation,
-                user_timeout_s=opts.user_timeout_s, user_max_retries=opts.user_max_retries)
+                user_timeout_s=opts.user_timeout_s, user_max_retries=opts.user_max_retries,
+                audit_share=opts.audit_share)
   from rti_jax.envs.tau2.env import Tau2Env
 
   return TaskSource(

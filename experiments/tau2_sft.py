@@ -1,0 +1,333 @@
+"""Builds a tiny base policy for tau2-Retail or tau2-Airline by SFT on scripted training episodes.
+
+    python experiments/run.py --exp=tau2_sft --env retail [key=value ...]          # configs/sft_tau2.yaml
+    python experiments/run.py --exp=tau2_sft --env airline --policy-dir policies/airline_base
+    python experiments/run.py --exp=tau2_sft --env retail --quick --out /tmp/rsft  # a smoke build
+
+The build's config is ``configs/sft_tau2.yaml`` (``--config``) read into
+``rti_jax.policy.build_config.Tau2SFTConfig``, then the ``--quick`` profile, then the ``key=value``
+overrides. Training tasks are the domain's generated ones (``envs.tau2.generate``: tau2's own tasks
+are the test split and are never read here): the first ``data.num_train``, of which the last
+``data.holdout`` are the RL validation split and are kept out of SFT. The build trains the tokenizer
+(``telecom_sft_data.TELECOM_PATTERN``) on the episodes and the condensed system prompt, a tiny Qwen3
+from a seed, SFT on the mix of ``rti_jax.policy.tau2_sft_data`` (gold replays, the transfer at the
+first write confirmation, corrections, decision-free tails), then writes the HF checkpoint
+(``--policy-dir``, default ``<out>/policy``) with ``build.json`` and a card (``README.md``), and
+measures the policy with the real sampler and rollout engine on held-out training tasks:
+
+* ``decision``: teacher-forced, at the decisive turn of the gold episode, the probability of the
+  right first token (``To``), of ``<tool_call>`` (the transfer's first token) and the right turn's PPL;
+* ``sampled``: ``eval.samples`` rollouts per task at T = 1: pass rate, pass@k, all-fail groups, and
+  where each failed episode derailed (``tau2_sft_data.first_derailment``: the first step the rule
+  Validator flags, by kind of step and error; ``none`` when no step was flagged);
+* ``intervention``: one self-intervened rollout per task (rule Validator and Verifier, the policy as
+  Corrector).
+
+The run dir gets ``metrics.json`` and ``loss.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import pathlib
+import sys
+import time
+from typing import Any, Sequence
+
+from rti_jax.config import ConfigError
+from rti_jax.policy import build_config
+from rti_jax.policy.build_config import Tau2SFTConfig
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOMAINS = ("retail", "airline")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(prog="run.py --exp=tau2_sft", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--env", required=True, choices=DOMAINS, help="the tau2 domain")
+  p.add_argument("--config", default="sft_tau2", help="a build config under configs/ or a YAML path")
+  p.add_argument("--out", default=None, help="run dir (metrics, plot; default runs/<env>_sft)")
+  p.add_argument("--policy-dir", default=None, help="checkpoint dir (default: <out>/policy)")
+  p.add_argument("--quick", action="store_true", help="smoke build: tiny model, few tasks, a few steps")
+  p.add_argument("--no-eval", action="store_true", help="skip the behaviour measurement after the build")
+  p.add_argument("overrides", nargs="*", help="config overrides key=value, e.g. train.epochs=1.5")
+  args = p.parse_intermixed_args(list(sys.argv[1:] if argv is None else argv))
+  args.out = args.out or str(ROOT / "runs" / f"{args.env}_sft")
+  args.policy_dir = args.policy_dir or os.path.join(args.out, "policy")
+  return args
+
+
+def load(args: argparse.Namespace) -> Tau2SFTConfig:
+  try:
+    return build_config.load_tau2(args.config, args.overrides, quick=args.quick)
+  except ConfigError as e:
+    raise SystemExit(f"tau2_sft: {e}") from None
+
+
+def build_data(domain: str, cfg: Tau2SFTConfig, log: Any) -> dict[str, Any]:
+  """The tokenizer, formatter, examples, SFT tasks, held-out tasks and the data's counts."""
+  from rti_jax.envs.tau2.source import split_tasks
+  from rti_jax.policy import tau2_sft_data as td
+  from rti_jax.policy.sft_example import split_train
+  from rti_jax.policy.telecom_sft_data import TELECOM_PATTERN
+  from rti_jax.policy.tokenizer import build_tokenizer
+  from rti_jax.rollout import ChatFormatter
+
+  data = cfg.data
+  train, _ = split_tasks(domain, "generated", data.num_train)
+  sft_tasks, held = split_train(train, data.holdout)
+  if data.max_tasks:
+    sft_tasks = sft_tasks[:data.max_tasks]
+  env = td.make_env(domain)
+  t0 = time.time()
+  episodes = td.play_episodes(sft_tasks, env)
+  log(f"played {len(episodes)} tasks' gold and mistaken episodes in {time.time() - t0:.0f}s")
+  tok = build_tokenizer(td.corpus_texts(episodes, env, data.correction), cfg.tokenizer.vocab, pattern=TELECOM_PATTERN)
+  fmt = ChatFormatter(tok)
+  mix = td.Tau2Mix(resolve_share=data.resolve_share, continue_share=data.continue_share,
+                   complete_share=data.complete_share, correction_share=data.correction_share, seed=cfg.seed,
+                   correction=data.correction)
+  examples, counts = td.build_examples(episodes, env, fmt, mix)
+  longest_turn = max(len(fmt.encode_assistant(m["content"])) for ep in episodes for m in ep.good
+                     if m["role"] == "assistant")
+  log(f"tokenizer: {len(tok)} tokens; {len(examples)} examples from {len(sft_tasks)} tasks; {counts}; "
+      f"longest assistant turn {longest_turn} tokens")
+  return {"tok": tok, "fmt": fmt, "examples": examples, "sft_tasks": sft_tasks, "held": held,
+          "counts": {**counts, "longest_turn_tokens": longest_turn}, "system": episodes[0].good[0]["content"]}
+
+
+def build_record(args: argparse.Namespace, cfg: Tau2SFTConfig) -> dict[str, Any]:
+  return {"domain": args.env, "policy_text": "condensed", "builder": "tau2_sft", "config_file": args.config,
+          "quick": args.quick, "overrides": list(args.overrides), "config": build_config.to_dict(cfg)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  args = parse_args(argv)
+  cfg = load(args)
+  import numpy as np
+  from flax import nnx
+
+  from experiments.navigation_sft import plot_loss
+  from models.qwen import Qwen
+  from models.weights import save_pretrained
+  from rti_jax.policy import sft
+  from rti_jax.policy.sft_example import summary
+  from rti_jax.policy.tokenizer import END_OF_TURN, PAD_TOKEN, save_tokenizer
+
+  t_start = time.time()
+  os.makedirs(args.out, exist_ok=True)
+  log = lambda s: print(s, flush=True)  # noqa: E731
+  d = build_data(args.env, cfg, log)
+  tok, fmt, examples, held = d["tok"], d["fmt"], d["examples"], d["held"]
+  data_summary = summary(examples)
+  system_tokens = len(tok.encode(d["system"], add_special_tokens=False))
+  log(f"SFT data: {json.dumps(data_summary)}; system prompt {system_tokens} tokens")
+
+  pad_id, eos_id = tok.convert_tokens_to_ids(PAD_TOKEN), tok.convert_tokens_to_ids(END_OF_TURN)
+  max_pos = max(4096, -(-data_summary["max_len"] // 1024) * 1024)
+  m = cfg.model
+  mcfg = sft.tiny_qwen3_config(len(tok), hidden_size=m.hidden, num_layers=m.layers, num_heads=m.heads,
+                               num_kv_heads=1, head_dim=m.head_dim, intermediate_size=2 * m.hidden,
+                               max_position_embeddings=max_pos, pad_token_id=pad_id, eos_token_id=eos_id)
+  model = Qwen(mcfg, rngs=nnx.Rngs(cfg.seed))
+  sft.sharpen_qk_norm(model, m.qk_norm_init)
+  sft.scale_embeddings(model, m.embed_std, m.final_norm_init, seed=cfg.seed + 1)
+  n_params = sft.count_params(model)
+  log(f"model: qwen3 hidden {mcfg.hidden_size}, {mcfg.num_layers} layers, vocab {mcfg.vocab_size}, {n_params} params")
+  longest = data_summary["max_len"]
+  scfg = sft.SFTConfig(epochs=cfg.train.epochs, lr=cfg.train.lr, tokens_per_batch=max(cfg.train.tokens_per_batch, longest),
+                       max_len=longest, len_multiple=128, seed=cfg.seed)
+  result = sft.train(model, examples, scfg, pad_id, log=log)
+  log(f"SFT: {result.steps} steps in {result.wall_s:.0f}s, final loss {np.mean(result.losses[-10:]):.4f}")
+  decision = decision_check(model, fmt, held, args.env) if held else None
+  if decision:
+    log(f"decision (teacher-forced, held-out tasks): {json.dumps({k: v for k, v in decision.items() if k != 'per_task'})}")
+
+  os.makedirs(args.policy_dir, exist_ok=True)
+  save_pretrained(model, mcfg, args.policy_dir)
+  save_tokenizer(tok, args.policy_dir)
+  record = build_record(args, cfg)
+  with open(os.path.join(args.policy_dir, "build.json"), "w") as f:
+    json.dump(record, f, indent=1)
+    f.write("\n")
+  plot_loss(result.losses, os.path.join(args.out, "loss.png"), title=f"tau2-{args.env} tiny policy: SFT")
+  metrics: dict[str, Any] = {
+    **record, "seed": cfg.seed, "policy_dir": str(args.policy_dir),
+    "sft_tasks": len(d["sft_tasks"]), "holdout_tasks": [t.task_id for t in held], "tokenizer_size": len(tok),
+    "system_prompt_tokens": system_tokens, "model": mcfg.to_hf_dict(), "params": n_params,
+    "sft": {"steps": result.steps, "wall_s": result.wall_s, "losses": result.losses,
+            "tokens_trained": result.tokens_trained},
+    "data": {**data_summary, **d["counts"]}, "decision": decision,
+  }
+  save_metrics(args, metrics, time.time() - t_start, log)
+  if not args.no_eval and held:
+    tasks = held[:cfg.eval.tasks] if cfg.eval.tasks is not None else held
+    max_new = -(-(d["counts"]["longest_turn_tokens"] + 16) // 16) * 16
+    metrics["eval"] = evaluate_policy(args.policy_dir, args.env, tasks, cfg.eval.samples, cfg.eval.max_turns,
+                                      max_new, cfg.seed, log)
+    save_metrics(args, metrics, time.time() - t_start, log)
+  write_card(args, metrics)
+  return 0
+
+
+def save_metrics(args: argparse.Namespace, metrics: dict[str, Any], wall_s: float, log: Any) -> None:
+  metrics["wall_s"] = wall_s
+  with open(os.path.join(args.out, "metrics.json"), "w") as f:
+    json.dump(metrics, f, indent=1, default=str)
+  log(f"wrote {args.out}/metrics.json ({wall_s:.0f}s)")
+
+
+def decision_check(model: Any, fmt: Any, tasks: Sequence[Any], domain: str) -> dict[str, Any]:
+  """Teacher-forced probabilities at the decisive turn of each held-out task's gold episode (the
+  context up to the last look-up's result): of the right turn's first token, of ``<tool_call>``
+  (the transfer's first token), and the whole right turn's PPL; means over the tasks with a decision."""
+  import numpy as np
+
+  from models.sampler import Sampler
+  from rti_jax.envs.tau2.agents import GoldAgent
+  from rti_jax.policy import tau2_sft_data as td
+  from rti_jax.policy.sft_example import encode_messages, play
+
+  env = td.make_env(domain)
+  call_id = fmt.tokenizer.convert_tokens_to_ids("<tool_call>")
+  prompts, turns, ids = [], [], []
+  for task in tasks:
+    good = play(env, GoldAgent(task), task)
+    d = td.decisive_index(good)
+    if d is None or env.transcript.reward < 1.0:
+      continue
+    seq, _ = encode_messages(fmt, good[:d + 1])
+    start = len(seq) - len(fmt.encode_assistant(good[d]["content"]))
+    prompts.append(seq[:start])
+    turns.append(seq[start:])
+    ids.append(task.task_id)
+  if not prompts:
+    return {"tasks": 0}
+  scored = Sampler(model).score(prompts + prompts, turns + [[call_id]] * len(prompts))
+  right, call = scored[:len(prompts)], scored[len(prompts):]
+  p_right = [float(np.exp(lp[0])) for lp in right]
+  p_call = [float(np.exp(lp[0])) for lp in call]
+  nll = [float(-np.mean(lp)) for lp in right]
+  return {"tasks": len(p_right), "p_right_first_token": float(np.mean(p_right)), "p_tool_call": float(np.mean(p_call)),
+          "right_turn_ppl": float(np.exp(np.mean(nll))),
+          "per_task": {t: [pr, pc] for t, pr, pc in zip(ids, p_right, p_call)}}
+
+
+def evaluate_policy(policy_dir: str, domain: str, tasks: Sequence[Any], samples: int, max_turns: int,
+                    max_new_tokens: int, seed: int, log: Any) -> dict[str, Any]:
+  """``sampled`` and ``intervention`` (the module docstring) on ``tasks``."""
+  from rti_jax.generation.jax_backend import JaxBackend
+  from rti_jax.policy import evaluate as ev
+  from rti_jax.policy import tau2_sft_data as td
+  from rti_jax.policy.tokenizer import PAD_TOKEN
+
+  model, tok, fmt = ev.load_policy(policy_dir)
+  backend = JaxBackend(model, max_cache_len=4096, pad_id=tok.convert_tokens_to_ids(PAD_TOKEN),
+                       prefix_cache_bytes=256 << 20)
+  factory = lambda: td.make_env(domain, max_turns)  # noqa: E731
+  t0 = time.time()
+  out = {"max_new_tokens": max_new_tokens,
+         "sampled": behaviour(backend, fmt, domain, tasks, samples, factory, max_new_tokens, seed)}
+  log(f"eval sampled ({len(tasks)} tasks x {samples}): {time.time() - t0:.0f}s: "
+      f"{json.dumps({k: v for k, v in out['sampled'].items() if k not in ('rewards', 'episodes')})}")
+  t0 = time.time()
+  out["intervention"] = ev.rule_intervention_check(backend, fmt, tasks, factory, domain, seed,
+                                                   max_new_tokens=max_new_tokens)
+  log(f"eval intervention: {time.time() - t0:.0f}s: "
+      f"{json.dumps({k: v for k, v in out['intervention'].items() if k != 'stats'})}")
+  return out
+
+
+def behaviour(backend: Any, fmt: Any, domain: str, tasks: Sequence[Any], samples: int, env_factory: Any,
+              max_new_tokens: int, seed: int) -> dict[str, Any]:
+  """``samples`` rollouts per task at T = 1: pass rate, pass@k, all-fail groups, truncated share,
+  mean turns, and ``derailed``: for the failed episodes, counts of ``<kind of step>/<first error>``
+  at the first step the rule Validator flags (``none``: no step flagged, e.g. the turn limit)."""
+  import numpy as np
+
+  from rti_jax.policy import evaluate as ev
+  from rti_jax.policy import tau2_sft_data as td
+  from rti_jax.rollout import rollout_groups
+
+  cfg = ev.rollout_config(samples, 1.0, max_new_tokens=max_new_tokens, max_context_tokens=4096, seed=seed)
+  groups = rollout_groups(list(tasks), env_factory, backend, fmt, cfg, task_id=lambda t: t.task_id, seed=seed)
+  rewards = np.asarray([[t.reward for t in g] for g in groups], np.float32)
+  env = env_factory()
+  derailed: collections.Counter[str] = collections.Counter()
+  turns: list[int] = []
+  for task, g in zip(tasks, groups):
+    for t in g:
+      if t.reward >= 1.0:
+        continue
+      where = td.first_derailment(env, task, t.messages)
+      derailed["none" if where is None else f"{where['kind']}/{where['errors'][0]}"] += 1
+      if where is not None:
+        turns.append(where["turn"])
+  return {
+    "tasks": len(tasks), "samples": samples, "rewards": rewards.tolist(),
+    "pass_rate": float(rewards.mean()), "pass_at_k": ev._pass_at_k(rewards, samples),
+    "all_fail_groups": float((rewards.max(axis=1) <= 0).mean()),
+    "truncated": float(np.mean([t.truncated for g in groups for t in g])),
+    "mean_turns": float(np.mean([t.num_turns for g in groups for t in g])),
+    "derailed": dict(derailed.most_common()), "derailed_turn_mean": float(np.mean(turns)) if turns else None,
+  }
+
+
+def write_card(args: argparse.Namespace, m: dict[str, Any]) -> None:
+  """The policy's ``README.md``: what it is, how it was made, and what the checks measured."""
+  cfg, mod = m["config"], m["model"]
+  lines = [
+    f"# {pathlib.Path(args.policy_dir).name}: the tau2-{args.env.capitalize()} policy", "",
+    f"A tiny Qwen3 for tau2-bench's {args.env.capitalize()} domain run in-process by tau2's own tools, database and "
+    f"evaluator (`env.name={args.env}`): {m['params']:,} parameters ({mod['num_hidden_layers']} layers, hidden "
+    f"{mod['hidden_size']}, tied embeddings), a byte-level BPE tokenizer of {m['tokenizer_size']:,} tokens and a "
+    f"Qwen-style chat template. Its system prompt is the condensed policy text with the compact tool list "
+    f"(`rti_jax/envs/tau2/condensed.py`, {m['system_prompt_tokens']:,} tokens).", "",
+    "It imitates the gold replay (`rti_jax/envs/tau2/agents.py`, `GoldAgent`: identify the user, look up, list the "
+    "write's details and ask for a yes, write, close) on generated training tasks, with one trained mistake: at the "
+    "first write confirmation it transfers the customer to a human agent, which ends the episode with the request "
+    "undone (reward 0; the rule Validator's `premature_end`). Tasks without a write (refusals) are imitated as they "
+    "are. Corrections of the transfer (the confirmation, after the rule Validator's feedback) are in the data, so "
+    "the policy can follow one.", "",
+    "## Loading", "", "```python", "from models import from_pretrained",
+    "from transformers import AutoTokenizer", f'model, config = from_pretrained("{args.policy_dir}")',
+    f'tokenizer = AutoTokenizer.from_pretrained("{args.policy_dir}")', "```", "",
+    f"In an experiment: `python experiments/run.py --exp=compare --env {args.env} policy.path={args.policy_dir}`.", "",
+    "## Training data", "",
+    f"`rti_jax/policy/tau2_sft_data.py` on {m['sft_tasks']} generated training tasks (the first "
+    f"{cfg['data']['num_train']} of `envs.tau2.generate`, less the last {cfg['data']['holdout']}, the RL validation "
+    f"split); tau2's own tasks (the test split) are never read. {m['data']['examples']:,} examples "
+    f"({json.dumps({k: v for k, v in m['data']['kinds'].items() if v})}), {m['data']['tokens']:,} tokens of which "
+    f"{m['data']['trained_tokens']:,} trained; longest {m['data']['max_len']:,} tokens. SFT: "
+    f"{m['sft']['steps']} steps, {m['sft']['wall_s'] / 60:.1f} min on 2 CPU cores; overrides "
+    f"`{' '.join(m['overrides']) or '(none)'}` (`build.json`).", "",
+  ]
+  dec = m.get("decision") or {}
+  if dec.get("tasks"):
+    lines += ["## Held-out checks", "",
+              f"Teacher-forced at the decisive turn of {dec['tasks']} held-out tasks' gold episodes: p(right first "
+              f"token) {dec['p_right_first_token']:.3f}, p(`<tool_call>`) {dec['p_tool_call']:.3f}, PPL of the "
+              f"right turn {dec['right_turn_ppl']:.2f}.", ""]
+  ev = m.get("eval")
+  if ev:
+    s, iv = ev["sampled"], ev["intervention"]
+    lines += [f"Sampled at T = 1 ({s['tasks']} held-out tasks x {s['samples']}): pass rate {100 * s['pass_rate']:.1f}%, "
+              f"pass@{s['samples']} {100 * s['pass_at_k']:.1f}%, all-fail groups {100 * s['all_fail_groups']:.0f}%, "
+              f"{s['mean_turns']:.1f} turns on average. Where the failed episodes derailed (the first step the rule "
+              "Validator flags, `kind of step/error`; `none`: no step flagged):", "",
+              "| first derailment | episodes |", "|---|---|",
+              *[f"| {k} | {v} |" for k, v in s["derailed"].items()], "",
+              f"One self-intervened rollout per task (rule Validator and Verifier, the policy as Corrector, delta 5): "
+              f"{iv['steps_flagged']} steps flagged, {iv['corrections_applied']} corrections applied, "
+              f"{iv['verifier_rejected']} rejected by the Verifier, {iv['ppl_rejected']} by the PPL gate; success "
+              f"{100 * iv['success_rate']:.0f}%.", ""]
+  with open(os.path.join(args.policy_dir, "README.md"), "w") as f:
+    f.write("\n".join(lines))
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,227 @@
+"""SFT data for the tiny tau2-Retail and tau2-Airline policies: scripted episodes -> token sequences.
+
+Examples are laid out exactly as the rollout engine lays out an episode (``sft_example.encode_messages``)
+and played through ``Tau2Env`` (condensed policy text, compact observations, the scripted user) on the
+tasks passed in: pass the generated training tasks only, without the RL validation tail.
+
+Which agent. ``agents.GoldAgent``: it asks the user to identify themself, runs the identification
+and look-up calls, lists the write's exact details and asks for a yes, runs the write, then closes.
+Every id and value it uses was said by the user or returned by an earlier call, so a policy can learn
+to read them off the conversation (the generated tasks' gold calls all succeed).
+
+The decision (the paper's "small early error at a task-critical step"). The *decisive turn* of an
+episode is the first confirmation of a write ("To confirm, I will ..."), right after the look-ups.
+Its mistake is handing the customer to a person: a ``transfer_to_human_agents`` call
+(``MistakeAgent``), which ends the episode with every write undone, reward 0 (the rule Validator
+flags it ``premature_end``). The right turn and the mistake differ in the turn's first token
+(``To`` vs ``<tool_call>``). Tasks without a write (refusals) have no decision and give ``plain``
+examples only.
+
+The mix (``sft_example.KINDS`` names; ``Tau2Mix`` holds the shares), as for Telecom
+(``telecom_sft_data``): ``trusting`` (the mistaken episode, every task with a decision: the habit),
+``plain``, ``resolve`` (the gold episode, all trained), ``resolve_ctx`` (the decisive turn as
+context, the turns after it trained: after an accepted correction the policy goes on), ``resolve_tail``
+(every assistant token trained but the decisive turn's first), and ``correction`` (p_cal as the
+intervention pipeline builds it with the rule Validator's verdict on the mistaken draft -> the
+gold confirmation, trained on the target only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+
+from rti_jax.envs.tau2.agents import GoldAgent, tool_call_text
+from rti_jax.envs.tau2.condensed import TRANSFER_MESSAGE
+from rti_jax.envs.tau2.env import Tau2Env
+from rti_jax.envs.tool_calls import parse_assistant_turn
+from rti_jax.intervention.prompting import CORRECTORS, correction_message
+from rti_jax.policy.sft_example import SFTExample, assistant_indices, encode_messages, play, step_context
+from rti_jax.policy.telecom_sft_data import correction_example, tail_example
+from rti_jax.rollout import ChatFormatter
+
+Message = dict[str, Any]
+SYSTEM_REPEATS = 4
+CONFIRM_PREFIX = "To confirm, I will"
+TRANSFER_SUMMARY = "The customer needs help with a change I could not complete."
+TRANSFER = "transfer_to_human_agents"
+
+
+class MistakeAgent:
+  """The gold replay until its first write confirmation, where it transfers the customer instead
+  (the episode ends there); then ``TRANSFER_MESSAGE`` if the episode goes on."""
+
+  def __init__(self, task: Any) -> None:
+    self.gold = GoldAgent(task)
+    self.transferred = False
+
+  def act(self, messages: list[Message]) -> str:
+    if self.transferred:
+      return TRANSFER_MESSAGE
+    text = self.gold.act(messages)
+    if text.startswith(CONFIRM_PREFIX):
+      self.transferred = True
+      return tool_call_text(TRANSFER, {"summary": TRANSFER_SUMMARY})
+    return text
+
+
+def make_env(domain: str, max_turns: int = 30) -> Tau2Env:
+  """The env the examples are played in: the condensed policy, compact observations, scripted user."""
+  return Tau2Env(domain, policy_text="condensed", max_turns=max_turns)
+
+
+def decisive_index(messages: Sequence[Message]) -> int | None:
+  """Index in ``messages`` of the first assistant turn that confirms a write, or None."""
+  return next((i for i, m in enumerate(messages)
+               if m.get("role") == "assistant" and str(m.get("content", "")).startswith(CONFIRM_PREFIX)), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tau2Mix:
+  """Shares of the SFT mix (module docstring); each in [0, 1]."""
+
+  resolve_share: float = 0.06
+  continue_share: float = 0.35
+  complete_share: float = 0.5
+  correction_share: float = 0.6
+  seed: int = 0
+  correction: str = "feedback"  # the correction examples' user message (prompting.correction_message)
+
+  def __post_init__(self) -> None:
+    if self.correction not in CORRECTORS:
+      raise ValueError(f"correction: expected one of {CORRECTORS}, got {self.correction!r}")
+    for name in ("resolve_share", "continue_share", "complete_share", "correction_share"):
+      v = getattr(self, name)
+      if not 0.0 <= v <= 1.0:
+        raise ValueError(f"{name}: expected a share in [0, 1], got {v}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Episodes:
+  """One task's scripted episodes: ``good`` (the gold replay) and ``bad`` (the mistaken one; None
+  when the gold episode has no decisive turn), ``decisive`` (its index in both) and whether the gold
+  episode scored 1 (``ok``)."""
+
+  task: Any
+  good: list[Message]
+  bad: list[Message] | None
+  decisive: int | None
+  ok: bool
+
+
+def play_episodes(tasks: Sequence[Any], env: Tau2Env) -> list[Episodes]:
+  """Each task's gold and mistaken episodes, played once (playing is most of a build's data time).
+
+  Raises ValueError if a mistaken episode scores above 0 (the data would teach something else).
+  """
+  out = []
+  for task in tasks:
+    good = play(env, GoldAgent(task), task)
+    ok = env.transcript.reward >= 1.0
+    d = decisive_index(good) if ok else None
+    bad = None
+    if d is not None:
+      bad = play(env, MistakeAgent(task), task)
+      if env.transcript.reward != 0.0:
+        raise ValueError(f"task {task.task_id}: the mistaken episode got reward {env.transcript.reward}, expected 0")
+    out.append(Episodes(task, good, bad, d, ok))
+  return out
+
+
+def build_examples(episodes: Sequence[Episodes], env: Tau2Env, formatter: ChatFormatter, mix: Tau2Mix = Tau2Mix(),
+                   ) -> tuple[list[SFTExample], dict[str, int]]:
+  """The SFT mix over ``episodes`` (of training tasks only); deterministic for ``mix.seed``. Also
+  returns counts: ``dropped_gold`` (tasks whose gold episode did not score 1 through the text
+  interface: left out), ``corrections_rejected`` (correction examples the rule roles would not
+  produce: the Validator accepted the draft or the Verifier rejected the target)."""
+  rng = np.random.default_rng(mix.seed)
+  tail_rng = np.random.default_rng([mix.seed, 1])
+  out: list[SFTExample] = []
+  counts = {"dropped_gold": 0, "corrections_rejected": 0}
+
+  def add(task: Any, kind: str, messages: Sequence[Message], trained: Sequence[bool] | None = None) -> None:
+    ids, mask = encode_messages(formatter, messages, trained)
+    out.append(SFTExample(task.task_id, kind, tuple(ids), tuple(mask)))
+
+  for ep in episodes:
+    task, good, bad, d = ep.task, ep.good, ep.bad, ep.decisive
+    if not ep.ok:
+      counts["dropped_gold"] += 1
+      continue
+    if d is None or bad is None:
+      add(task, "plain", good)
+      continue
+    add(task, "trusting", bad)
+    a_idx = assistant_indices(good)
+    j = a_idx.index(d)
+    u = rng.random(3)
+    if u[0] < mix.resolve_share:
+      add(task, "resolve", good)
+    elif u[1] < mix.continue_share:
+      add(task, "resolve_ctx", good, [k != j for k in range(len(a_idx))])
+    if u[2] < mix.correction_share:
+      ex = correction_example(formatter, env, task, good[:d], bad[d]["content"], good[d]["content"],
+                              mix.correction, domain=task.domain)
+      if ex is None:
+        counts["corrections_rejected"] += 1
+      else:
+        out.append(ex)
+    if tail_rng.random() < mix.complete_share:
+      out.append(tail_example(formatter, task, good, d))
+  return out, counts
+
+
+def corpus_texts(episodes: Sequence[Episodes], env: Tau2Env, correction: str = "feedback") -> list[str]:
+  """Texts the tokenizer is trained on: the system prompt (``SYSTEM_REPEATS`` times), every message
+  of the gold and mistaken episodes, and the correction message on each mistaken decisive turn."""
+  from rti_jax.intervention.pipeline import rule_roles
+
+  texts = [episodes[0].good[0]["content"]] * SYSTEM_REPEATS if episodes else []
+  for ep in episodes:
+    texts += [m["content"] for m in ep.good[1:]]
+    if ep.bad is None or ep.decisive is None:
+      continue
+    texts += [m["content"] for m in ep.bad[1:]]
+    env.reset(ep.task)
+    ctx = step_context(ep.good[:ep.decisive], ep.bad[ep.decisive]["content"], env, ep.task.domain)
+    texts.append(correction_message(correction, ctx, rule_roles(ep.task.domain)[0].judge(ctx)))
+  return texts
+
+
+def step_kind(text: str, writes: frozenset[str] | set[str]) -> str:
+  """What an assistant turn does: ``transfer``, ``write`` (a call to one of ``writes``), ``call``
+  (a look-up), ``malformed`` (a call block that does not parse), ``stop`` (``###STOP###``),
+  ``confirm`` (a write confirmation) or ``message``."""
+  turn = parse_assistant_turn(text)
+  names = [c.name for c in turn.tool_calls]
+  if TRANSFER in names:
+    return "transfer"
+  if any(n in writes for n in names):
+    return "write"
+  if names:
+    return "call"
+  if turn.errors:
+    return "malformed"
+  if "###STOP###" in text:
+    return "stop"
+  return "confirm" if text.strip().startswith(CONFIRM_PREFIX) else "message"
+
+
+def first_derailment(env: Tau2Env, task: Any, messages: Sequence[Message]) -> dict[str, Any] | None:
+  """Where an episode left every path to the gold outcome: the first assistant turn the domain's rule
+  Validator flags (judged on the history before it), as ``{"turn": its 0-based assistant index,
+  "kind": step_kind, "errors": the Validator's error types}``; None when no turn is flagged."""
+  from rti_jax.envs.tau2 import bridge
+  from rti_jax.intervention.pipeline import rule_roles
+
+  validator, _ = rule_roles(task.domain)
+  writes = frozenset(bridge.tool_info(task.domain)[1])
+  env.reset(task)
+  for n, i in enumerate(assistant_indices(messages)):
+    draft = str(messages[i].get("content", ""))
+    verdict = validator.judge(step_context(messages[:i], draft, env, task.domain))
+    if not verdict.is_valid:
+      return {"turn": n, "kind": step_kind(draft, writes), "errors": list(verdict.error_types)}
+  return None

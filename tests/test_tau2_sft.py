@@ -1,0 +1,200 @@
+"""The tiny tau2-Retail / tau2-Airline policies' SFT data (``rti_jax.policy.tau2_sft_data``), their
+builder (``experiments/tau2_sft.py``), and the reward audit that checks a run's episodes against
+tau2's own evaluator (``Tau2Env(audit_share=...)``, ``trainer.reward_audits``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+pytest.importorskip("tau2", reason='tau2-bench is not installed (the tau2 extra: pip install -e ".[tau2]")')
+
+from rti_jax.config import ConfigError  # noqa: E402
+from rti_jax.envs.tau2 import bridge  # noqa: E402
+from rti_jax.envs.tau2.agents import DoNothingAgent, GoldAgent, run_episode  # noqa: E402
+from rti_jax.envs.tau2.env import Tau2Env  # noqa: E402
+from rti_jax.envs.tau2.source import split_tasks  # noqa: E402
+from rti_jax.policy import build_config  # noqa: E402
+from rti_jax.policy import tau2_sft_data as td  # noqa: E402
+from rti_jax.policy.sft_example import encode_messages, play  # noqa: E402
+
+DOMAINS = ("retail", "airline")
+
+
+@pytest.fixture(scope="module")
+def episodes():
+  """Each domain's env and the gold / mistaken episodes of its first 12 generated training tasks."""
+  out = {}
+  for domain in DOMAINS:
+    train, _ = split_tasks(domain, "generated", 600)
+    env = td.make_env(domain)
+    out[domain] = (env, td.play_episodes(train[:12], env))
+  return out
+
+
+@pytest.fixture(scope="module")
+def formatter(episodes):
+  from rti_jax.policy.telecom_sft_data import TELECOM_PATTERN
+  from rti_jax.policy.tokenizer import build_tokenizer
+  from rti_jax.rollout import ChatFormatter
+
+  env, eps = episodes["retail"]
+  return ChatFormatter(build_tokenizer(td.corpus_texts(eps, env), 2048, pattern=TELECOM_PATTERN))
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_the_mistake_is_a_transfer_at_the_first_confirmation_and_tau2_scores_it_zero(episodes, domain):
+  env, eps = episodes[domain]
+  with_decision = [ep for ep in eps if ep.decisive is not None]
+  assert len(with_decision) >= 6 and all(ep.ok for ep in eps)
+  for ep in with_decision:
+    d = ep.decisive
+    assert ep.good[d]["content"].startswith("To confirm, I will")
+    assert ep.bad[:d] == ep.good[:d]  # the same episode up to the decision
+    assert ep.bad[d]["content"].startswith("<tool_call>") and td.TRANSFER in ep.bad[d]["content"]
+    assert len(ep.bad) == d + 2 and ep.bad[-1]["role"] == "tool"  # the transfer ended the episode
+    # tau2's own evaluator on the mistaken episode, replayed: 0; on the gold one: 1
+    for messages, want in ((ep.bad, 0.0), (ep.good, 1.0)):
+      env.reset(ep.task)
+      for m in messages[2:]:
+        if m["role"] == "assistant":
+          env.step(m["content"])
+      assert env.score("tau2").reward == want
+  refusals = [ep for ep in eps if ep.decisive is None]
+  assert all(not (set(ep.task.request_types) - {"refusal"}) for ep in refusals)
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_first_derailment_points_at_the_transfer_and_at_nothing_on_the_gold_path(episodes, domain):
+  env, eps = episodes[domain]
+  for ep in eps:
+    assert td.first_derailment(env, ep.task, ep.good) is None
+    if ep.bad is not None:
+      where = td.first_derailment(env, ep.task, ep.bad)
+      turn = [i for i, m in enumerate(ep.bad) if m["role"] == "assistant"].index(ep.decisive)
+      assert where == {"turn": turn, "kind": "transfer", "errors": ["premature_end"]}
+
+
+def test_first_derailment_names_a_wrong_write(episodes):
+  env, eps = episodes["retail"]
+  ep = next(e for e in eps if e.decisive is not None)
+  write = next(i for i in range(ep.decisive + 1, len(ep.good)) if ep.good[i]["role"] == "assistant")
+  call = json.loads(ep.good[write]["content"].split("\n")[1])
+  first_key = next(iter(call["arguments"]))
+  call["arguments"][first_key] = "#W0000000" if first_key == "order_id" else "x"
+  wrong = [*ep.good[:write], {"role": "assistant", "content": f"<tool_call>\n{json.dumps(call)}\n</tool_call>"}]
+  where = td.first_derailment(env, ep.task, wrong)
+  assert where["kind"] == "write" and where["errors"] == ["off_path_write"]
+
+
+def test_step_kinds():
+  writes = bridge.tool_info("retail")[1]
+  call = '<tool_call>\n{"name": "%s", "arguments": {}}\n</tool_call>'
+  assert td.step_kind(call % td.TRANSFER, writes) == "transfer"
+  assert td.step_kind(call % "cancel_pending_order", writes) == "write"
+  assert td.step_kind(call % "get_order_details", writes) == "call"
+  assert td.step_kind("<tool_call>\n{oops\n</tool_call>", writes) == "malformed"
+  assert td.step_kind("Bye. ###STOP###", writes) == "stop"
+  assert td.step_kind("To confirm, I will cancel it. Yes?", writes) == "confirm"
+  assert td.step_kind("Hello", writes) == "message"
+
+
+def test_the_mix_trains_what_each_kind_says(episodes, formatter):
+  env, eps = episodes["retail"]
+  tok = formatter.tokenizer
+  examples, counts = td.build_examples(eps, env, formatter, td.Tau2Mix(correction_share=1.0, complete_share=1.0,
+                                                                       continue_share=1.0, resolve_share=0.0))
+  n_decision = sum(ep.decisive is not None for ep in eps)
+  kinds = [e.kind for e in examples]
+  assert kinds.count("trusting") == n_decision and kinds.count("resolve_tail") == n_decision
+  assert kinds.count("plain") == len(eps) - n_decision
+  assert kinds.count("correction") + counts["corrections_rejected"] == n_decision and kinds.count("correction") >= 1
+  by_task = {ep.task.task_id: ep for ep in eps}
+  for ex in examples:
+    ep = by_task[ex.task_id]
+    trained = [t for t, m in zip(ex.token_ids, ex.loss_mask) if m]
+    if ex.kind == "correction":  # only the confirmation is trained, after the Validator's feedback
+      assert trained == formatter.encode_assistant(ep.good[ep.decisive]["content"])
+      assert "supervisor" in tok.decode(ex.token_ids[:ex.loss_mask.index(True)]).lower()
+    elif ex.kind == "resolve_tail":  # every assistant token but the decision's first
+      ids, mask = encode_messages(formatter, ep.good)
+      pos = len(encode_messages(formatter, ep.good[:ep.decisive])[0])
+      assert list(ex.token_ids) == ids and [a != b for a, b in zip(mask, ex.loss_mask)].count(True) == 1
+      assert mask[pos] and not ex.loss_mask[pos]
+    elif ex.kind == "trusting":
+      assert list(ex.token_ids) == encode_messages(formatter, ep.bad)[0] and all(
+          m == b for m, b in zip(ex.loss_mask, encode_messages(formatter, ep.bad)[1]))
+
+
+def test_mix_and_config_errors_name_the_field():
+  with pytest.raises(ValueError, match="continue_share"):
+    td.Tau2Mix(continue_share=1.5)
+  with pytest.raises(ValueError, match="correction"):
+    td.Tau2Mix(correction="oracle")
+  with pytest.raises(ConfigError, match="data.holdout"):
+    build_config.load_tau2(None, ["data.holdout=600"])
+  with pytest.raises(ConfigError, match="eval.max_turns"):
+    build_config.load_tau2(None, ["eval.max_turns=0"])
+  with pytest.raises(ConfigError, match="data.nope"):
+    build_config.load_tau2(None, ["data.nope=1"])
+  cfg = build_config.load_tau2(None, ["train.epochs=1.5"], quick=True)
+  assert cfg.train.epochs == 1.5 and cfg.model.hidden == 32 and cfg.data.holdout == 40
+
+
+# ----------------------------------------------------------------------------- the reward audit
+
+
+def test_the_audit_scores_drawn_episodes_with_taus_evaluator_too(monkeypatch):
+  from rti_jax.rollout import Trajectory, TurnRecord
+  from rti_jax.trainer import reward_audits
+
+  train, _ = split_tasks("retail", "generated", 600)
+  task = train[0]
+  env = Tau2Env("retail", audit_share=1.0)
+  gold = run_episode(env, GoldAgent(task), task)
+  assert gold.reward == 1.0 and gold.info["reward_audits"] == 1 and gold.info["reward_audit_mismatches"] == 0
+  nothing = run_episode(env, DoNothingAgent(), task)
+  assert nothing.reward == 0.0 and nothing.info["reward_audit_mismatches"] == 0
+  assert "reward_audits" not in run_episode(Tau2Env("retail"), GoldAgent(task), task).info
+  # a fast reward that disagrees with tau2's evaluator is counted
+  real = bridge.fast_reward
+  monkeypatch.setattr(bridge, "fast_reward", lambda *a, **k: dataclasses.replace(real(*a, **k), reward=0.0))
+  wrong = run_episode(env, GoldAgent(task), task)
+  assert wrong.reward == 0.0 and wrong.info["reward_audit_mismatches"] == 1
+  # the draw is a function of the episode: a share of 0.5 draws the same episode the same way
+  half = [run_episode(Tau2Env("retail", audit_share=0.5), DoNothingAgent(), t).info.get("reward_audits", 0)
+          for t in (train[1], train[1], train[2], train[2])]
+  assert half[0] == half[1] and half[2] == half[3]
+  with pytest.raises(ValueError, match="audit_share"):
+    Tau2Env("retail", audit_share=1.5)
+
+  def traj(info):
+    return Trajectory("t", [], [], [], [], [], [], 0, [], turns=[TurnRecord(0, 0, 0, "", "stop", env_info=info)])
+
+  groups = [[traj({"reward_audits": 1, "reward_audit_mismatches": 1}), traj({})],
+            [traj({"reward_audits": 1, "reward_audit_mismatches": 0})]]
+  assert reward_audits(groups) == {"reward_audit/checked": 2, "reward_audit/mismatched": 1}
+  assert reward_audits([[traj({})]]) == {}
+
+
+@pytest.mark.slow
+def test_quick_build_writes_a_policy_its_card_and_the_held_out_checks(tmp_path):
+  from experiments import tau2_sft
+  from models import from_pretrained
+
+  out = tmp_path / "rsft"
+  assert tau2_sft.main(["--env", "retail", "--quick", "--out", str(out)]) == 0
+  policy = out / "policy"
+  build = json.loads((policy / "build.json").read_text())
+  assert build["domain"] == "retail" and build["builder"] == "tau2_sft" and build["config"]["data"]["max_tasks"] == 8
+  model, cfg = from_pretrained(str(policy))
+  assert cfg.num_layers == 1
+  metrics = json.loads((out / "metrics.json").read_text())
+  assert metrics["decision"]["tasks"] >= 30 and 0 <= metrics["decision"]["p_right_first_token"] <= 1
+  sampled = metrics["eval"]["sampled"]
+  failed = sum(r < 1 for g in sampled["rewards"] for r in g)
+  assert sum(sampled["derailed"].values()) == failed
+  card = (policy / "README.md").read_text()
+  assert "tau2-Retail" in card and "first derailment" in card
