@@ -3,12 +3,14 @@
     python experiments/run.py --exp=compare --env retail --seeds 0 1 2
     python experiments/run.py --exp=compare --env navigation --methods grpo rti gspo
     python experiments/run.py --exp=compare --env telecom --quick          # a smoke run
+    python experiments/run.py --exp=compare --env retail --methods grpo gspo aepo luffy rti opd --teacher DIR
 
 The config is ``configs/<env>.yaml`` when there is one, else the schema's defaults with
 ``env.name=<env>`` (give ``policy.path=...``); ``--config`` picks another. For each seed every
 method is trained from the same base policy, budget and seed; base and each method are then
 evaluated on the environment's test split. The table's columns are p@1, avg p@k and avg pk
-overall, then p@1 on each of the environment's report subsets (``TaskSource.subsets``), then the
+overall (each method with its paper's settings: ``baselines.method_variants``; OPD needs
+``--teacher``), then p@1 on each of the environment's report subsets (``TaskSource.subsets``), then the
 intervention statistics of Table 6 summed over the run and the training time. ``results.json``,
 ``table.md`` and the plots go to the run directory, as for every experiment. The test split is
 only ever evaluated.
@@ -46,6 +48,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
   p.add_argument("--env", required=True, help="a registered environment (python -m rti_jax.envs list)")
   p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=list(objectives.LOSSES),
                  help="methods to train (loss.method values); default: grpo rti")
+  p.add_argument("--teacher", default=None, help="OPD's teacher checkpoint (shares the policy's tokenizer); "
+                 "without one the opd method is skipped")
   p.add_argument("--test-tasks", type=int, default=None,
                  help=f"evaluate only the first N test tasks (default all; {QUICK_TEST_TASKS} with --quick)")
   return experiment.split_overrides(p, argv)
@@ -130,12 +134,20 @@ def main(argv: Sequence[str] | None = None) -> int:
   if not experiment.policy_dir_exists(args.config, overrides, " (a local HF checkpoint; set policy.path=...)"):
     return 2
   test_tasks = args.test_tasks if args.test_tasks is not None else (QUICK_TEST_TASKS if args.quick else None)
-  variants = {m: [f"loss.method={m}"] for m in args.methods}
+  from rti_jax.baselines import method_variants
+
+  variants, skipped = method_variants(args.methods, args.teacher, "pass --teacher DIR")
+  for m, why in skipped.items():
+    print(f"compare: {m} left out: {why}", file=sys.stderr)
+  if not variants:
+    return 2
 
   source = functools.partial(experiment.registry_source, test_tasks=test_tasks)
   results = experiment.run(args.config, overrides, args.seeds, variants, out, progress=not args.no_progress,
                            source=source, reuse=args.reuse, jobs=args.jobs)
   results["env"] = args.env
+  if skipped:
+    results["skipped"] = skipped
   experiment.print_and_report(results, out, args.env, *summary_rows(results))
   return 0
 

@@ -61,22 +61,10 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
 
 def baseline_variants(methods: Sequence[str], teacher: str | None) -> tuple[dict[str, list[str]], dict[str, str]]:
   """label -> overrides for each method, and label -> reason for each method left out."""
-  per_method = {
-      "grpo": ["loss.method=grpo"],
-      "gspo": ["loss.method=gspo"],
-      "aepo": ["loss.method=aepo", "loss.aggregation=token-mean"],
-      "opd": ["loss.method=opd", f"baselines.teacher_path={teacher}"],
-      "luffy": ["loss.method=luffy", "loss.aggregation=token-mean"],
-      "rti": ["loss.method=rti"],
-  }
-  variants, skipped = {}, {}
-  for m in methods:
-    if m == "opd" and (not teacher or not (pathlib.Path(teacher) / "config.json").exists()):
-      skipped[m] = (f"no teacher checkpoint at {teacher!r}; make one as policies/navigation_teacher/README.md "
-                    "says (navigation_sft init=policies/navigation_base data.resolve_share=1.0 ...)")
-      continue
-    variants[m] = per_method[m]
-  return variants, skipped
+  from rti_jax.baselines import method_variants
+
+  return method_variants(methods, teacher, "make one as policies/navigation_teacher/README.md says "
+                                           "(navigation_sft init=policies/navigation_base data.resolve_share=1.0 ...)")
 
 
 def table1_rows(results: dict[str, Any], skipped: dict[str, str]) -> tuple[list[str], list[list[Any]]]:

@@ -3,6 +3,10 @@
     python experiments/run.py --exp=tau2_sft --env retail [key=value ...]          # configs/sft_tau2.yaml
     python experiments/run.py --exp=tau2_sft --env airline --policy-dir policies/airline_base
     python experiments/run.py --exp=tau2_sft --env retail --quick --out /tmp/rsft  # a smoke build
+    python experiments/run.py --exp=tau2_sft --env retail init=runs/retail_sft/policy data.copy_drills=8000 \
+        data.mix_share=0.3 train.epochs=1 train.lr=1e-3 --out runs/retail_drill   # the copy-drill stage
+    python experiments/run.py --exp=tau2_sft --env retail init=policies/retail_base data.resolve_share=1.0 \
+        train.epochs=0.5 train.lr=1e-3 --policy-dir runs/retail_teacher     # OPD's teacher
 
 The build's config is ``configs/sft_tau2.yaml`` (``--config``) read into
 ``rti_jax.policy.build_config.Tau2SFTConfig``, then the ``--quick`` profile, then the ``key=value``
@@ -68,8 +72,11 @@ def load(args: argparse.Namespace) -> Tau2SFTConfig:
     raise SystemExit(f"tau2_sft: {e}") from None
 
 
-def build_data(domain: str, cfg: Tau2SFTConfig, log: Any) -> dict[str, Any]:
-  """The tokenizer, formatter, examples, SFT tasks, held-out tasks and the data's counts."""
+def build_data(domain: str, cfg: Tau2SFTConfig, log: Any, tok: Any = None) -> dict[str, Any]:
+  """The tokenizer (trained here unless ``tok`` is given: a continued policy's), formatter,
+  examples, SFT tasks, held-out tasks and the data's counts."""
+  import numpy as np
+
   from rti_jax.envs.tau2.source import split_tasks
   from rti_jax.policy import tau2_sft_data as td
   from rti_jax.policy.sft_example import split_train
@@ -84,20 +91,57 @@ def build_data(domain: str, cfg: Tau2SFTConfig, log: Any) -> dict[str, Any]:
     sft_tasks = sft_tasks[:data.max_tasks]
   env = td.make_env(domain)
   t0 = time.time()
-  episodes = td.play_episodes(sft_tasks, env)
+  episodes = cached_episodes(domain, sft_tasks, env)
   log(f"played {len(episodes)} tasks' gold and mistaken episodes in {time.time() - t0:.0f}s")
-  tok = build_tokenizer(td.corpus_texts(episodes, env, data.correction), cfg.tokenizer.vocab, pattern=TELECOM_PATTERN)
+  if tok is None:
+    tok = build_tokenizer(td.corpus_texts(episodes, env, data.correction), cfg.tokenizer.vocab,
+                          pattern=TELECOM_PATTERN)
   fmt = ChatFormatter(tok)
   mix = td.Tau2Mix(resolve_share=data.resolve_share, continue_share=data.continue_share,
                    complete_share=data.complete_share, correction_share=data.correction_share, seed=cfg.seed,
                    correction=data.correction)
   examples, counts = td.build_examples(episodes, env, fmt, mix)
+  if data.mix_share < 1.0:
+    keep = np.random.default_rng([cfg.seed, 3]).random(len(examples)) < data.mix_share
+    examples = [e for e, k in zip(examples, keep) if k]
+  examples += td.copy_drills(episodes, fmt, data.copy_drills, seed=cfg.seed)
   longest_turn = max(len(fmt.encode_assistant(m["content"])) for ep in episodes for m in ep.good
                      if m["role"] == "assistant")
   log(f"tokenizer: {len(tok)} tokens; {len(examples)} examples from {len(sft_tasks)} tasks; {counts}; "
       f"longest assistant turn {longest_turn} tokens")
   return {"tok": tok, "fmt": fmt, "examples": examples, "sft_tasks": sft_tasks, "held": held,
           "counts": {**counts, "longest_turn_tokens": longest_turn}, "system": episodes[0].good[0]["content"]}
+
+
+def cached_episodes(domain: str, tasks: Sequence[Any], env: Any) -> list[Any]:
+  """``tau2_sft_data.play_episodes`` of ``tasks``, kept in ``~/.cache/rti_jax/tau2_episodes`` (or
+  ``$RTI_JAX_EPISODE_CACHE``) under a key of the task ids and the source of every module that
+  shapes an episode, so a later build of the same tasks on the same code skips the play (minutes)."""
+  import hashlib
+  import pickle
+
+  from rti_jax.envs.tau2 import agents, condensed, env as env_mod, generate, user
+  from rti_jax.policy import tau2_sft_data as td
+
+  h = hashlib.sha256(json.dumps([domain, [t.task_id for t in tasks]]).encode())
+  for mod in (agents, condensed, env_mod, generate, user, td):
+    h.update(pathlib.Path(mod.__file__).read_bytes())
+  root = pathlib.Path(os.environ.get("RTI_JAX_EPISODE_CACHE") or pathlib.Path.home() / ".cache" / "rti_jax" / "tau2_episodes")
+  path = root / f"{domain}-{h.hexdigest()[:16]}.pkl"
+  if path.exists():
+    try:
+      with open(path, "rb") as f:
+        stored = pickle.load(f)
+      return [td.Episodes(t, *stored[t.task_id]) for t in tasks]
+    except Exception as e:  # a broken cache file: play again and overwrite it
+      print(f"tau2_sft: ignoring the episode cache {path} ({type(e).__name__}: {e})", flush=True)
+  episodes = td.play_episodes(tasks, env)
+  root.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_suffix(".tmp")
+  with open(tmp, "wb") as f:
+    pickle.dump({e.task.task_id: (e.good, e.bad, e.decisive, e.ok) for e in episodes}, f)
+  os.replace(tmp, path)
+  return episodes
 
 
 def build_record(args: argparse.Namespace, cfg: Tau2SFTConfig) -> dict[str, Any]:
@@ -121,7 +165,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   t_start = time.time()
   os.makedirs(args.out, exist_ok=True)
   log = lambda s: print(s, flush=True)  # noqa: E731
-  d = build_data(args.env, cfg, log)
+  init_model = init_tok = None
+  if cfg.init:
+    from rti_jax.policy.evaluate import load_policy
+
+    init_model, init_tok, _ = load_policy(cfg.init)
+  d = build_data(args.env, cfg, log, init_tok)
   tok, fmt, examples, held = d["tok"], d["fmt"], d["examples"], d["held"]
   data_summary = summary(examples)
   system_tokens = len(tok.encode(d["system"], add_special_tokens=False))
@@ -130,12 +179,15 @@ def main(argv: Sequence[str] | None = None) -> int:
   pad_id, eos_id = tok.convert_tokens_to_ids(PAD_TOKEN), tok.convert_tokens_to_ids(END_OF_TURN)
   max_pos = max(4096, -(-data_summary["max_len"] // 1024) * 1024)
   m = cfg.model
-  mcfg = sft.tiny_qwen3_config(len(tok), hidden_size=m.hidden, num_layers=m.layers, num_heads=m.heads,
-                               num_kv_heads=1, head_dim=m.head_dim, intermediate_size=2 * m.hidden,
-                               max_position_embeddings=max_pos, pad_token_id=pad_id, eos_token_id=eos_id)
-  model = Qwen(mcfg, rngs=nnx.Rngs(cfg.seed))
-  sft.sharpen_qk_norm(model, m.qk_norm_init)
-  sft.scale_embeddings(model, m.embed_std, m.final_norm_init, seed=cfg.seed + 1)
+  if init_model is not None:
+    model, mcfg = init_model, init_model.config
+  else:
+    mcfg = sft.tiny_qwen3_config(len(tok), hidden_size=m.hidden, num_layers=m.layers, num_heads=m.heads,
+                                 num_kv_heads=1, head_dim=m.head_dim, intermediate_size=2 * m.hidden,
+                                 max_position_embeddings=max_pos, pad_token_id=pad_id, eos_token_id=eos_id)
+    model = Qwen(mcfg, rngs=nnx.Rngs(cfg.seed))
+    sft.sharpen_qk_norm(model, m.qk_norm_init)
+    sft.scale_embeddings(model, m.embed_std, m.final_norm_init, seed=cfg.seed + 1)
   n_params = sft.count_params(model)
   log(f"model: qwen3 hidden {mcfg.hidden_size}, {mcfg.num_layers} layers, vocab {mcfg.vocab_size}, {n_params} params")
   longest = data_summary["max_len"]
@@ -184,37 +236,21 @@ def save_metrics(args: argparse.Namespace, metrics: dict[str, Any], wall_s: floa
 def decision_check(model: Any, fmt: Any, tasks: Sequence[Any], domain: str) -> dict[str, Any]:
   """Teacher-forced probabilities at the decisive turn of each held-out task's gold episode (the
   context up to the last look-up's result): of the right turn's first token, of ``<tool_call>``
-  (the transfer's first token), and the whole right turn's PPL; means over the tasks with a decision."""
-  import numpy as np
-
-  from models.sampler import Sampler
+  (the transfer's first token), and the right turn's PPL; means over the tasks with a decision
+  (``policy.evaluate.decisive_turn_probabilities``)."""
   from rti_jax.envs.tau2.agents import GoldAgent
   from rti_jax.policy import tau2_sft_data as td
-  from rti_jax.policy.sft_example import encode_messages, play
+  from rti_jax.policy.evaluate import decisive_turn_probabilities
+  from rti_jax.policy.sft_example import play
 
   env = td.make_env(domain)
-  call_id = fmt.tokenizer.convert_tokens_to_ids("<tool_call>")
-  prompts, turns, ids = [], [], []
+  cases = []
   for task in tasks:
     good = play(env, GoldAgent(task), task)
     d = td.decisive_index(good)
-    if d is None or env.transcript.reward < 1.0:
-      continue
-    seq, _ = encode_messages(fmt, good[:d + 1])
-    start = len(seq) - len(fmt.encode_assistant(good[d]["content"]))
-    prompts.append(seq[:start])
-    turns.append(seq[start:])
-    ids.append(task.task_id)
-  if not prompts:
-    return {"tasks": 0}
-  scored = Sampler(model).score(prompts + prompts, turns + [[call_id]] * len(prompts))
-  right, call = scored[:len(prompts)], scored[len(prompts):]
-  p_right = [float(np.exp(lp[0])) for lp in right]
-  p_call = [float(np.exp(lp[0])) for lp in call]
-  nll = [float(-np.mean(lp)) for lp in right]
-  return {"tasks": len(p_right), "p_right_first_token": float(np.mean(p_right)), "p_tool_call": float(np.mean(p_call)),
-          "right_turn_ppl": float(np.exp(np.mean(nll))),
-          "per_task": {t: [pr, pc] for t, pr, pc in zip(ids, p_right, p_call)}}
+    if d is not None and env.transcript.reward >= 1.0:
+      cases.append((task.task_id, good, d))
+  return decisive_turn_probabilities(model, fmt, cases)
 
 
 def evaluate_policy(policy_dir: str, domain: str, tasks: Sequence[Any], samples: int, max_turns: int,

@@ -204,37 +204,25 @@ def decision_check(model: Any, fmt: Any, tasks: Sequence[Any]) -> dict[str, Any]
   """Teacher-forced probabilities at the decisive turn of each task's checklist episode (the
   context up to the line look-up's result): of the right turn's first token (``Please``), of
   ``<tool_call>`` (the mistake's first token), and of the whole right turn (its mean per-token
-  NLL, to compare with the PPL gate); means over the tasks that have a decisive turn."""
-  import numpy as np
-
-  from models.sampler import Sampler
+  NLL, to compare with the PPL gate); means over the tasks that have a decisive turn
+  (``policy.evaluate.decisive_turn_probabilities``; ``per_task_p_right`` per task)."""
   from rti_jax.envs.telecom.checklist_agent import ChecklistAgent
   from rti_jax.policy import telecom_sft_data as td
-  from rti_jax.policy.sft_example import encode_messages, play
+  from rti_jax.policy.evaluate import decisive_turn_probabilities
+  from rti_jax.policy.sft_example import play
 
   env = td.make_env()
-  call_id = fmt.tokenizer.convert_tokens_to_ids("<tool_call>")
-  prompts, turns = [], []
+  cases = []
   for task in tasks:
     good = play(env, ChecklistAgent(), task)
     d = td.decisive_index(good)
-    if d is None:
-      continue
-    ids, _ = encode_messages(fmt, good[:d + 1])
-    start = len(ids) - len(fmt.encode_assistant(good[d]["content"]))
-    prompts.append(ids[:start])
-    turns.append(ids[start:])
-  # One batched, jitted scoring call: each decisive turn, and the mistake's first token in its place.
-  scored = Sampler(model).score(prompts + prompts, turns + [[call_id]] * len(prompts)) if prompts else []
-  right, call = scored[:len(prompts)], scored[len(prompts):]
-  p_right = [float(np.exp(lp[0])) for lp in right]
-  p_call = [float(np.exp(lp[0])) for lp in call]
-  nll = [float(-np.mean(lp)) for lp in right]
-  if not p_right:
-    return {"tasks": 0}
-  return {"tasks": len(p_right), "p_right_first_token": float(np.mean(p_right)),
-          "p_tool_call": float(np.mean(p_call)), "right_turn_ppl": float(np.exp(np.mean(nll))),
-          "per_task_p_right": p_right}
+    if d is not None:
+      cases.append((task.task_id, good, d))
+  out = decisive_turn_probabilities(model, fmt, cases)
+  per_task = out.pop("per_task", {})
+  if out["tasks"]:
+    out["per_task_p_right"] = [p for p, _ in per_task.values()]
+  return out
 
 
 def _env_factory(max_turns: int) -> Any:

@@ -47,6 +47,29 @@ LUFFY_WHEN = ("all_fail", "always")
 # ---------------------------------------------------------------------------------------
 
 
+#: the overrides each method is trained with beside ``loss.method`` (each baseline as its paper sets it)
+METHOD_OVERRIDES: dict[str, tuple[str, ...]] = {
+    "aepo": ("loss.aggregation=token-mean",),
+    "luffy": ("loss.aggregation=token-mean",),
+}
+
+
+def method_variants(methods: Sequence[str], teacher: str | None, teacher_hint: str = "",
+                    ) -> tuple[dict[str, list[str]], dict[str, str]]:
+  """label -> overrides for each of ``methods`` (``loss.method`` values), and label -> why for each
+  left out: OPD without a teacher checkpoint at ``teacher`` (``teacher_hint`` says how to make one)."""
+  variants, skipped = {}, {}
+  for m in methods:
+    extra = list(METHOD_OVERRIDES.get(m, ()))
+    if m == "opd":
+      if not teacher or not (pathlib.Path(teacher) / "config.json").exists():
+        skipped[m] = f"no teacher checkpoint at {teacher!r}" + (f"; {teacher_hint}" if teacher_hint else "")
+        continue
+      extra.append(f"baselines.teacher_path={teacher}")
+    variants[m] = [f"loss.method={m}", *extra]
+  return variants, skipped
+
+
 def token_entropy(logits: jax.Array) -> jax.Array:
   """Entropy of each next-token distribution, aligned like ``objectives.next_token_logprobs``.
 

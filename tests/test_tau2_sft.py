@@ -198,3 +198,32 @@ def test_quick_build_writes_a_policy_its_card_and_the_held_out_checks(tmp_path):
   assert sum(sampled["derailed"].values()) == failed
   card = (policy / "README.md").read_text()
   assert "tau2-Retail" in card and "first derailment" in card
+  # a build that continues it (OPD's teacher) keeps its tokenizer and shape
+  out2 = tmp_path / "teacher"
+  assert tau2_sft.main(["--env", "retail", "--quick", "--no-eval", "--out", str(out2), f"init={policy}",
+                        "data.resolve_share=1.0"]) == 0
+  assert (out2 / "policy" / "tokenizer.json").read_text() == (policy / "tokenizer.json").read_text()
+  _, cfg2 = from_pretrained(str(out2 / "policy"))
+  assert cfg2 == cfg
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_a_compare_run_checks_its_episodes_against_taus_evaluator(domain, tmp_path):
+  """The shipped policy through ``--exp=compare --quick`` with every episode audited: the training
+  records and the evaluations count their checks, and tau2's evaluate_simulation agrees with every
+  reward the run used."""
+  from experiments import compare
+
+  out = tmp_path / "cmp"
+  assert compare.main(["--env", domain, "--quick", "--no-progress", "--out", str(out), "--test-tasks", "3",
+                       f"env.{domain}.audit_share=1.0", "env.max_turns=12"]) == 0
+  results = json.loads((out / "results.json").read_text())
+  run = results["runs"]["0"]
+  for method in ("grpo", "rti"):
+    records = run[f"{method}_records"]  # --quick: one iteration of 2 tasks x G = 2
+    assert [(r["reward_audit/checked"], r["reward_audit/mismatched"]) for r in records] == [(4, 0)]
+    # the test split's evaluation: 3 tasks x 2 samples
+    assert (run[method]["reward_audit/checked"], run[method]["reward_audit/mismatched"]) == (6, 0)
+  cols = results["table"]["columns"]
+  assert cols[-1] == "reward checks (off)" and all(r[-1].endswith("(0)") for r in results["table"]["rows"][1:])

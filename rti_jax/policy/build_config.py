@@ -212,6 +212,8 @@ class Tau2DataConfig:
   complete_share: float = 0.5  # gold episodes trained except the decisive turn's first token
   correction_share: float = 0.6  # correction examples (p_cal -> the confirmation)
   correction: str = "feedback"
+  mix_share: float = 1.0  # the share of the tasks' examples above kept (a continuing stage may keep fewer)
+  copy_drills: int = 0  # short copy drills without the system turn (tau2_sft_data.copy_drills)
 
 
 @dataclasses.dataclass
@@ -235,6 +237,7 @@ class Tau2SFTConfig:
   """A build of a tiny tau2-Retail or tau2-Airline policy (``experiments/tau2_sft.py``)."""
 
   seed: int = 0
+  init: Optional[str] = None  # continue this policy dir (its tokenizer and weights; model.* unused)
   tokenizer: TelecomTokenizerConfig = dataclasses.field(default_factory=TelecomTokenizerConfig)
   model: TinyQwenConfig = dataclasses.field(default_factory=TinyQwenConfig)
   data: Tau2DataConfig = dataclasses.field(default_factory=Tau2DataConfig)
@@ -325,8 +328,9 @@ def validate_tau2(cfg: Tau2SFTConfig) -> Tau2SFTConfig:
   _check_finite(cfg)
   _check(cfg.tokenizer.vocab >= 512, "tokenizer.vocab", "an integer >= 512", cfg.tokenizer.vocab)
   _check_model(cfg.model)
-  for key in ("resolve_share", "continue_share", "complete_share", "correction_share"):
+  for key in ("resolve_share", "continue_share", "complete_share", "correction_share", "mix_share"):
     _check(0 <= getattr(cfg.data, key) <= 1, f"data.{key}", "a share in [0, 1]", getattr(cfg.data, key))
+  _check(cfg.data.copy_drills >= 0, "data.copy_drills", "an integer >= 0", cfg.data.copy_drills)
   _check(cfg.data.num_train >= 2, "data.num_train", "an integer >= 2", cfg.data.num_train)
   _check(0 <= cfg.data.holdout < cfg.data.num_train, "data.holdout", f"an integer in [0, {cfg.data.num_train})",
          cfg.data.holdout)

@@ -182,3 +182,32 @@ def rule_intervention_check(backend: Any, formatter: ChatFormatter, tasks: Seque
     "success_rate": sum(t.reward >= 1.0 for t in trajs) / max(1, len(trajs)),
     "stats": stats.as_dict(prefix=""),
   }
+
+
+def decisive_turn_probabilities(model: Any, formatter: ChatFormatter, cases: Sequence[tuple[str, Sequence[Any], int]],
+                                wrong_token: str = "<tool_call>") -> dict[str, Any]:
+  """Teacher-forced, at the decisive turn of each case ``(task_id, messages, d)`` (``messages[d]`` is
+  the right assistant turn; the context is everything before it): the probability of the right turn's
+  first token, of ``wrong_token`` in its place (the mistake's first token), and the right turn's PPL
+  (its mean per-token NLL, to compare with the PPL gate); means over the cases, and ``per_task``
+  ``[p_right, p_wrong]``. One batched scoring call."""
+  from models.sampler import Sampler
+  from rti_jax.policy.sft_example import encode_messages
+
+  if not cases:
+    return {"tasks": 0}
+  wrong_id = formatter.tokenizer.convert_tokens_to_ids(wrong_token)
+  prompts, turns = [], []
+  for _, messages, d in cases:
+    ids, _ = encode_messages(formatter, list(messages[:d + 1]))
+    start = len(ids) - len(formatter.encode_assistant(messages[d]["content"]))
+    prompts.append(ids[:start])
+    turns.append(ids[start:])
+  scored = Sampler(model).score(prompts + prompts, turns + [[wrong_id]] * len(prompts))
+  right, wrong = scored[:len(prompts)], scored[len(prompts):]
+  p_right = [float(np.exp(lp[0])) for lp in right]
+  p_wrong = [float(np.exp(lp[0])) for lp in wrong]
+  nll = [float(-np.mean(lp)) for lp in right]
+  return {"tasks": len(cases), "p_right_first_token": float(np.mean(p_right)), "p_tool_call": float(np.mean(p_wrong)),
+          "right_turn_ppl": float(np.exp(np.mean(nll))),
+          "per_task": {c[0]: [pr, pw] for c, pr, pw in zip(cases, p_right, p_wrong)}}

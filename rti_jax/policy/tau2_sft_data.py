@@ -24,6 +24,12 @@ context, the turns after it trained: after an accepted correction the policy goe
 (every assistant token trained but the decisive turn's first), and ``correction`` (p_cal as the
 intervention pipeline builds it with the rule Validator's verdict on the mistaken draft -> the
 gold confirmation, trained on the target only).
+
+Copy drills (``copy_drills``, kind ``name_swap``): a tiny model trained on the mix alone writes
+names, zip codes and ids it has seen in training instead of the ones in front of it (the first build's
+samples called ``find_user_id_by_name_zip`` with another customer's name). A drill is a gold prefix,
+without the system turn, in which every value the next turn copies is swapped for another of its
+kind, with only that turn trained: the turn is right only if it is read off the conversation.
 """
 
 from __future__ import annotations
@@ -225,3 +231,84 @@ def first_derailment(env: Tau2Env, task: Any, messages: Sequence[Message]) -> di
     if not verdict.is_valid:
       return {"turn": n, "kind": step_kind(draft, writes), "errors": list(verdict.error_types)}
   return None
+
+
+#: argument keys whose values a turn copies from the conversation (what a copy drill swaps)
+COPY_KEYS = frozenset({
+    "first_name", "last_name", "zip", "email", "user_id", "order_id", "item_ids", "new_item_ids", "product_id",
+    "payment_method_id", "address1", "address2", "city", "state", "country", "reservation_id", "flight_number",
+    "date", "dob", "cabin", "origin", "destination",
+})
+
+
+def _copied_values(name_args: tuple[str, Any]) -> list[tuple[str, str]]:
+  """(key, value) of every string leaf under a ``COPY_KEYS`` key of a call's arguments."""
+  out: list[tuple[str, str]] = []
+
+  def walk(key: str, v: Any) -> None:
+    if isinstance(v, dict):
+      for k, x in v.items():
+        walk(k, x)
+    elif isinstance(v, list):
+      for x in v:
+        walk(key, x)
+    elif isinstance(v, str) and key in COPY_KEYS and len(v) >= 2:
+      out.append((key, v))
+
+  walk("", name_args[1])
+  return out
+
+
+def _turn_call(text: str) -> tuple[str, Any] | None:
+  turn = parse_assistant_turn(text)
+  return (turn.tool_calls[0].name, turn.tool_calls[0].arguments) if len(turn.tool_calls) == 1 else None
+
+
+def copy_drills(episodes: Sequence[Episodes], formatter: ChatFormatter, n: int, seed: int = 0) -> list[SFTExample]:
+  """``n`` short examples (no system turn, kind ``name_swap``) that train one gold turn which copies
+  values from the conversation: a call, or the confirmation that lists the next write's details.
+  Each takes a gold episode's prefix up to that turn and swaps every value the turn copies
+  (names, zip codes, emails and every id, address and date) for another value of the same key seen in
+  the training episodes, everywhere in the prefix at once, so the turn can only be right by reading
+  the conversation; only that turn is trained. Deterministic for ``seed``."""
+  import re
+
+  from rti_jax.policy.sft_example import without_system_turn
+
+  rng = np.random.default_rng([seed, 7])
+  targets: list[tuple[Episodes, int, list[tuple[str, str]]]] = []
+  pool: dict[str, set[str]] = {}
+  for ep in episodes:
+    if not ep.ok:
+      continue
+    idx = assistant_indices(ep.good)
+    for j, i in enumerate(idx):
+      text = str(ep.good[i]["content"])
+      call = _turn_call(text)
+      if call is None and text.startswith(CONFIRM_PREFIX) and j + 1 < len(idx):
+        call = _turn_call(str(ep.good[idx[j + 1]]["content"]))
+      if call is None or call[0] == TRANSFER:
+        continue
+      values = _copied_values(call)
+      for key, v in values:
+        pool.setdefault(key, set()).add(v)
+      if values:
+        targets.append((ep, i, values))
+  pools = {k: sorted(v) for k, v in pool.items()}
+  out: list[SFTExample] = []
+  for _ in range(n if targets else 0):
+    ep, i, values = targets[int(rng.integers(len(targets)))]
+    swap: dict[str, str] = {}
+    for key, v in values:
+      if v not in swap and len(pools[key]) > 1:
+        new = v
+        while new == v:
+          new = pools[key][int(rng.integers(len(pools[key])))]
+        swap[v] = new
+    pattern = re.compile("|".join(re.escape(v) for v in sorted(swap, key=len, reverse=True))) if swap else None
+    messages = [dict(m, content=pattern.sub(lambda mt: swap[mt.group(0)], str(m["content"])) if pattern and k > 0
+                     else m["content"]) for k, m in enumerate(ep.good[:i + 1])]
+    trained = [k == len(assistant_indices(messages)) - 1 for k in range(len(assistant_indices(messages)))]
+    ids, mask = encode_messages(formatter, messages, trained)
+    out.append(without_system_turn(formatter, SFTExample(ep.task.task_id, "name_swap", tuple(ids), tuple(mask))))
+  return out
