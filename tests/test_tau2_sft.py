@@ -128,6 +128,33 @@ def test_the_mix_trains_what_each_kind_says(episodes, formatter):
           m == b for m, b in zip(ex.loss_mask, encode_messages(formatter, ep.bad)[1]))
 
 
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_copy_drills_swap_every_copied_value_and_train_one_turn(episodes, formatter, domain):
+  env, eps = episodes[domain]
+  tok = formatter.tokenizer
+  drills = td.copy_drills(eps, formatter, 40, seed=3)
+  assert len(drills) == 40 and drills == td.copy_drills(eps, formatter, 40, seed=3)
+  originals = {ep.task.task_id: ep for ep in eps}
+  swapped = 0
+  for ex in drills:
+    text = tok.decode(list(ex.token_ids))
+    assert "<|im_start|>system" not in text and ex.kind == "name_swap"
+    first = ex.loss_mask.index(True)
+    assert all(ex.loss_mask[first:])  # one trained turn, at the end
+    turn = tok.decode(list(ex.token_ids[first:]))
+    context = tok.decode(list(ex.token_ids[:first]))
+    call = td._turn_call(turn.replace("<|im_end|>", ""))
+    if call is None:  # a confirmation: its values are listed in the text
+      continue
+    values = [v for _, v in td._copied_values(call)]
+    # every value the turn writes can be read in the conversation before it
+    assert all(v in context for v in values), (turn, context[-400:])
+    ep = originals[ex.task_id]
+    gold_texts = " ".join(str(m["content"]) for m in ep.good)
+    swapped += any(v not in gold_texts for v in values)
+  assert swapped >= 10  # most drills carry values of another task
+
+
 def test_mix_and_config_errors_name_the_field():
   with pytest.raises(ValueError, match="continue_share"):
     td.Tau2Mix(continue_share=1.5)
