@@ -237,18 +237,21 @@ def test_quick_build_writes_a_policy_its_card_and_the_held_out_checks(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("domain", DOMAINS)
 def test_a_compare_run_checks_its_episodes_against_taus_evaluator(domain, tmp_path):
-  """The shipped policy through ``--exp=compare --quick`` with every episode audited: the training
+  """A smoke-built policy through ``--exp=compare --quick`` with every episode audited: the training
   records and the evaluations count their checks, and tau2's evaluate_simulation agrees with every
   reward the run used."""
-  from experiments import compare
+  from experiments import compare, tau2_sft
 
+  assert tau2_sft.main(["--env", domain, "--quick", "--no-eval", "--out", str(tmp_path / "sft")]) == 0
   out = tmp_path / "cmp"
   assert compare.main(["--env", domain, "--quick", "--no-progress", "--out", str(out), "--test-tasks", "3",
-                       f"env.{domain}.audit_share=1.0", "env.max_turns=12"]) == 0
+                       f"policy.path={tmp_path / 'sft' / 'policy'}", f"env.{domain}.audit_share=1.0",
+                       "env.max_turns=12"]) == 0
   results = json.loads((out / "results.json").read_text())
   run = results["runs"]["0"]
   for method in ("grpo", "rti"):
-    records = run[f"{method}_records"]  # --quick: one iteration of 2 tasks x G = 2
+    records = [json.loads(line) for line in (out / "seed0" / method / "metrics.jsonl").read_text().splitlines()]
+    # --quick: one iteration of 2 tasks x G = 2
     assert [(r["reward_audit/checked"], r["reward_audit/mismatched"]) for r in records] == [(4, 0)]
     # the test split's evaluation: 3 tasks x 2 samples
     assert (run[method]["reward_audit/checked"], run[method]["reward_audit/mismatched"]) == (6, 0)
