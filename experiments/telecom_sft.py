@@ -106,15 +106,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = parse_args(argv)
   cfg = load(args)
   import numpy as np
-  from flax import nnx
 
   from experiments.navigation_sft import plot_loss
-  from models.qwen import Qwen
   from models.weights import save_pretrained
   from rti_jax.envs.telecom.condensed import prompt_stats
   from rti_jax.policy import sft
   from rti_jax.policy.sft_example import summary
-  from rti_jax.policy.tokenizer import END_OF_TURN, PAD_TOKEN
+  from rti_jax.policy.tokenizer import PAD_TOKEN
 
   t_start = time.time()
   os.makedirs(args.out, exist_ok=True)
@@ -124,15 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   prompts = prompt_stats(tok)
   log(f"SFT data: {json.dumps(data_summary)}; system prompt: {json.dumps(prompts)}")
 
-  pad_id, eos_id = tok.convert_tokens_to_ids(PAD_TOKEN), tok.convert_tokens_to_ids(END_OF_TURN)
-  max_pos = max(4096, -(-data_summary["max_len"] // 1024) * 1024)
-  m = cfg.model
-  mcfg = sft.tiny_qwen3_config(len(tok), hidden_size=m.hidden, num_layers=m.layers, num_heads=m.heads,
-                               num_kv_heads=1, head_dim=m.head_dim, intermediate_size=2 * m.hidden,
-                               max_position_embeddings=max_pos, pad_token_id=pad_id, eos_token_id=eos_id)
-  model = Qwen(mcfg, rngs=nnx.Rngs(cfg.seed))
-  sft.sharpen_qk_norm(model, m.qk_norm_init)
-  sft.scale_embeddings(model, m.embed_std, m.final_norm_init, seed=cfg.seed + 1)
+  pad_id = tok.convert_tokens_to_ids(PAD_TOKEN)
+  model, mcfg = sft.new_tiny_policy(tok, cfg.model, data_summary["max_len"], cfg.seed)
   n_params = sft.count_params(model)
   log(f"model: qwen3 hidden {mcfg.hidden_size}, {mcfg.num_layers} layers, vocab {mcfg.vocab_size}, {n_params} params")
   longest = data_summary["max_len"]

@@ -18,7 +18,7 @@ from rti_jax.envs.tau2.env import Tau2Env  # noqa: E402
 from rti_jax.envs.tau2.source import split_tasks  # noqa: E402
 from rti_jax.policy import build_config  # noqa: E402
 from rti_jax.policy import tau2_sft_data as td  # noqa: E402
-from rti_jax.policy.sft_example import encode_messages, play  # noqa: E402
+from rti_jax.policy.sft_example import encode_messages  # noqa: E402
 
 DOMAINS = ("retail", "airline")
 
@@ -216,7 +216,7 @@ def test_quick_build_writes_a_policy_its_card_and_the_held_out_checks(tmp_path):
   policy = out / "policy"
   build = json.loads((policy / "build.json").read_text())
   assert build["domain"] == "retail" and build["builder"] == "tau2_sft" and build["config"]["data"]["max_tasks"] == 8
-  model, cfg = from_pretrained(str(policy))
+  _, cfg = from_pretrained(str(policy))
   assert cfg.num_layers == 1
   metrics = json.loads((out / "metrics.json").read_text())
   assert metrics["decision"]["tasks"] >= 30 and 0 <= metrics["decision"]["p_right_first_token"] <= 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -367,3 +367,21 @@ def train(model: Qwen, examples: Sequence[SFTExample], cfg: SFTConfig, pad_id: i
     if stop is not None and (step + 1) % check_every == 0 and step + 1 < total and stop(step + 1):
       break
   return SFTResult(losses=losses, steps=len(losses), wall_s=time.time() - t0, tokens_trained=tokens)
+
+
+def new_tiny_policy(tokenizer: Any, model: Any, max_len: int, seed: int) -> tuple[Any, QwenConfig]:
+  """A fresh tiny Qwen3 for ``tokenizer`` from a ``build_config.TinyQwenConfig`` ``model`` (one kv
+  head, MLP 2 x hidden), positions for ``max_len`` tokens rounded up to 1024 (at least 4096), its q/k
+  norms sharpened and embeddings scaled as the config says: (model, its config)."""
+  from models.qwen import Qwen
+  from rti_jax.policy.tokenizer import END_OF_TURN, PAD_TOKEN
+
+  pad_id, eos_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN), tokenizer.convert_tokens_to_ids(END_OF_TURN)
+  mcfg = tiny_qwen3_config(len(tokenizer), hidden_size=model.hidden, num_layers=model.layers, num_heads=model.heads,
+                           num_kv_heads=1, head_dim=model.head_dim, intermediate_size=2 * model.hidden,
+                           max_position_embeddings=max(4096, -(-max_len // 1024) * 1024), pad_token_id=pad_id,
+                           eos_token_id=eos_id)
+  policy = Qwen(mcfg, rngs=nnx.Rngs(seed))
+  sharpen_qk_norm(policy, model.qk_norm_init)
+  scale_embeddings(policy, model.embed_std, model.final_norm_init, seed=seed + 1)
+  return policy, mcfg
