@@ -155,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   import numpy as np
 
   from experiments.navigation_sft import plot_loss
+  from experiments.telecom_sft import save_metrics
   from models.weights import save_pretrained
   from rti_jax.policy import sft
   from rti_jax.policy.sft_example import summary
@@ -215,13 +216,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     save_metrics(args, metrics, time.time() - t_start, log)
   write_card(args, metrics)
   return 0
-
-
-def save_metrics(args: argparse.Namespace, metrics: dict[str, Any], wall_s: float, log: Any) -> None:
-  metrics["wall_s"] = wall_s
-  with open(os.path.join(args.out, "metrics.json"), "w") as f:
-    json.dump(metrics, f, indent=1, default=str)
-  log(f"wrote {args.out}/metrics.json ({wall_s:.0f}s)")
 
 
 def decision_check(model: Any, fmt: Any, tasks: Sequence[Any], domain: str) -> dict[str, Any]:

@@ -43,9 +43,9 @@ from rti_jax.envs.tau2.agents import GoldAgent, tool_call_text
 from rti_jax.envs.tau2.condensed import TRANSFER_MESSAGE
 from rti_jax.envs.tau2.env import Tau2Env
 from rti_jax.envs.tool_calls import parse_assistant_turn
-from rti_jax.intervention.prompting import CORRECTORS, correction_message
+from rti_jax.intervention.prompting import correction_message
 from rti_jax.policy.sft_example import SFTExample, assistant_indices, encode_messages, play, step_context
-from rti_jax.policy.telecom_sft_data import correction_example, tail_example
+from rti_jax.policy.telecom_sft_data import MixShares, correction_example, tail_example
 from rti_jax.rollout import ChatFormatter
 
 Message = dict[str, Any]
@@ -85,23 +85,8 @@ def decisive_index(messages: Sequence[Message]) -> int | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class Tau2Mix:
-  """Shares of the SFT mix (module docstring); each in [0, 1]."""
-
-  resolve_share: float = 0.06
-  continue_share: float = 0.35
-  complete_share: float = 0.5
-  correction_share: float = 0.6
-  seed: int = 0
-  correction: str = "feedback"  # the correction examples' user message (prompting.correction_message)
-
-  def __post_init__(self) -> None:
-    if self.correction not in CORRECTORS:
-      raise ValueError(f"correction: expected one of {CORRECTORS}, got {self.correction!r}")
-    for name in ("resolve_share", "continue_share", "complete_share", "correction_share"):
-      v = getattr(self, name)
-      if not 0.0 <= v <= 1.0:
-        raise ValueError(f"{name}: expected a share in [0, 1], got {v}")
+class Tau2Mix(MixShares):
+  """Shares of the SFT mix (module docstring; ``telecom_sft_data.MixShares``)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -107,15 +107,15 @@ def decisive_index(messages: Sequence[Message]) -> int | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class TelecomMix:
-  """Shares of the SFT mix (module docstring); each in [0, 1]."""
+class MixShares:
+  """Shares of a decision-centred SFT mix (this module's docstring; also ``tau2_sft_data``), each
+  in [0, 1], the mix's seed and the correction examples' message."""
 
   resolve_share: float = 0.06
   continue_share: float = 0.35
   complete_share: float = 0.5
   correction_share: float = 0.6
   seed: int = 0
-  checks: bool = True  # the checklist imitated checks before it fixes (False: fix-first)
   correction: str = "feedback"  # the correction examples' user message (prompting.correction_message)
 
   def __post_init__(self) -> None:
@@ -125,6 +125,13 @@ class TelecomMix:
       v = getattr(self, name)
       if not 0.0 <= v <= 1.0:
         raise ValueError(f"{name}: expected a share in [0, 1], got {v}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TelecomMix(MixShares):
+  """The Telecom mix's shares (``MixShares``) and which checklist it imitates."""
+
+  checks: bool = True  # the checklist imitated checks before it fixes (False: fix-first)
 
 
 def judge_draft(ctx: Any) -> ValidatorJudgement:
