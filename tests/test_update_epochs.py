@@ -191,7 +191,8 @@ def test_aepo_update_is_the_same_however_the_minibatch_is_cut(tmp_path):
   (m1, p1, _) = out["whole"]
   for name in ("length_chunks", "budget"):
     m, p, _ = out[name]
-    assert m["loss"] == pytest.approx(m1["loss"], rel=1e-5, abs=1e-7), name
+    # float32 sums in another order: the loss (~2e-2) differs by ~1e-5 relative across cuts
+    assert m["loss"] == pytest.approx(m1["loss"], rel=5e-5, abs=1e-7), name
     assert m["grad_norm"] == pytest.approx(m1["grad_norm"], rel=1e-5), name
     # equal gradients up to summation order: Adam's steps agree to a small fraction of lr (0.05)
     diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(p, p1))
