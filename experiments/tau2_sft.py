@@ -14,7 +14,8 @@ overrides. Training tasks are the domain's generated ones (``envs.tau2.generate`
 are the test split and are never read here): the first ``data.num_train``, of which the last
 ``data.holdout`` are the RL validation split and are kept out of SFT. The build trains the tokenizer
 (``telecom_sft_data.TELECOM_PATTERN``) on the episodes and the condensed system prompt, a tiny Qwen3
-from a seed, SFT on the mix of ``rti_jax.policy.tau2_sft_data`` (gold replays, the transfer at the
+from a seed, optionally a copy stage (``copy_stage.steps``: copy drills alone until held-out drill
+turns are copied exactly at ``copy_stage.target``), SFT on the mix of ``rti_jax.policy.tau2_sft_data`` (gold replays, the transfer at the
 first write confirmation, corrections, decision-free tails), then writes the HF checkpoint
 (``--policy-dir``, default ``<out>/policy``) with ``build.json`` and a card (``README.md``), and
 measures the policy with the real sampler and rollout engine on held-out training tasks:
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import os
 import pathlib
@@ -109,7 +111,8 @@ def build_data(domain: str, cfg: Tau2SFTConfig, log: Any, tok: Any = None) -> di
                      if m["role"] == "assistant")
   log(f"tokenizer: {len(tok)} tokens; {len(examples)} examples from {len(sft_tasks)} tasks; {counts}; "
       f"longest assistant turn {longest_turn} tokens")
-  return {"tok": tok, "fmt": fmt, "examples": examples, "sft_tasks": sft_tasks, "held": held,
+  return {"tok": tok, "fmt": fmt, "examples": examples, "sft_tasks": sft_tasks, "held": held, "episodes": episodes,
+          "domain": domain,
           "counts": {**counts, "longest_turn_tokens": longest_turn}, "system": episodes[0].good[0]["content"]}
 
 
@@ -142,6 +145,42 @@ def cached_episodes(domain: str, tasks: Sequence[Any], env: Any) -> list[Any]:
     pickle.dump({e.task.task_id: (e.good, e.bad, e.decisive, e.ok) for e in episodes}, f)
   os.replace(tmp, path)
   return episodes
+
+
+def run_copy_stage(model: Any, cfg: Tau2SFTConfig, d: dict[str, Any], pad_id: int, log: Any) -> dict[str, Any]:
+  """Stage 0: ``copy_stage.examples`` copy drills of the SFT tasks alone, until the held-out
+  tasks' drills are copied exactly at ``copy_stage.target`` (or ``copy_stage.steps`` steps).
+  Returns the stage's steps, wall time, loss and its held-out accuracy curve."""
+  import numpy as np
+
+  from rti_jax.policy import sft
+  from rti_jax.policy import tau2_sft_data as td
+
+  c = cfg.copy_stage
+  drills = td.copy_drills(d["episodes"], d["fmt"], c.examples, seed=cfg.seed + 5)
+  held_eps = cached_episodes(d["domain"], d["held"], td.make_env(d["domain"])) if d["held"] else []
+  checks = td.copy_drills(held_eps, d["fmt"], c.check_examples, seed=cfg.seed + 6) if c.check_examples else []
+  longest = max(len(e.token_ids) for e in drills)
+  dcfg = sft.SFTConfig(lr=c.lr, tokens_per_batch=max(c.tokens_per_batch, longest), max_len=longest, len_multiple=32,
+                       seed=cfg.seed + 2)
+  per_epoch = len(sft.make_batches(drills, dcfg, np.random.default_rng(0), pad_id, sft.common_prefix_len(drills)))
+  dcfg = dataclasses.replace(dcfg, epochs=c.steps / per_epoch)
+  curve: list[dict[str, float]] = []
+
+  def copied(step: int) -> bool:
+    acc = sft.turn_accuracy(model, checks, pad_id, c.tokens_per_batch)
+    curve.append({"step": step, **acc})
+    log(f"copy drills: step {step}, held-out turns copied exactly {acc['exact']:.3f} (tokens {acc['tokens']:.3f})")
+    return acc["exact"] >= c.target
+
+  res = sft.train(model, drills, dcfg, pad_id, log=lambda s: log("copy " + s), log_every=100,
+                  stop=copied if checks else None, check_every=c.check_every)
+  if checks and (not curve or curve[-1]["step"] != res.steps):
+    copied(res.steps)
+  log(f"copy stage: {res.steps} steps in {res.wall_s:.0f}s on {len(drills)} drills, "
+      f"final loss {np.mean(res.losses[-10:]):.4f}")
+  return {"steps": res.steps, "wall_s": res.wall_s, "examples": len(drills), "check_examples": len(checks),
+          "final_loss": float(np.mean(res.losses[-10:])), "losses": res.losses, "held_out": curve}
 
 
 def build_record(args: argparse.Namespace, cfg: Tau2SFTConfig) -> dict[str, Any]:
@@ -182,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model, mcfg = sft.new_tiny_policy(tok, cfg.model, data_summary["max_len"], cfg.seed)
   n_params = sft.count_params(model)
   log(f"model: qwen3 hidden {mcfg.hidden_size}, {mcfg.num_layers} layers, vocab {mcfg.vocab_size}, {n_params} params")
+  copy_stage = run_copy_stage(model, cfg, d, pad_id, log) if cfg.copy_stage.steps > 0 else None
   longest = data_summary["max_len"]
   scfg = sft.SFTConfig(epochs=cfg.train.epochs, lr=cfg.train.lr, tokens_per_batch=max(cfg.train.tokens_per_batch, longest),
                        max_len=longest, len_multiple=128, seed=cfg.seed)
@@ -205,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     "system_prompt_tokens": system_tokens, "model": mcfg.to_hf_dict(), "params": n_params,
     "sft": {"steps": result.steps, "wall_s": result.wall_s, "losses": result.losses,
             "tokens_trained": result.tokens_trained},
-    "data": {**data_summary, **d["counts"]}, "decision": decision,
+    "data": {**data_summary, **d["counts"]}, "copy_stage": copy_stage, "decision": decision,
   }
   save_metrics(args, metrics, time.time() - t_start, log)
   if not args.no_eval and held:
@@ -327,6 +367,14 @@ def write_card(args: argparse.Namespace, m: dict[str, Any]) -> None:
     f"{m['sft']['steps']} steps, {m['sft']['wall_s'] / 60:.1f} min on 2 CPU cores; overrides "
     f"`{' '.join(m['overrides']) or '(none)'}` (`build.json`).", "",
   ]
+  cs = m.get("copy_stage")
+  if cs:
+    last = cs["held_out"][-1] if cs["held_out"] else None
+    lines += [f"Before the mix, a copy stage: {cs['steps']} steps ({cs['wall_s'] / 60:.1f} min) on {cs['examples']:,} "
+              "copy drills alone (`tau2_sft_data.copy_drills`: a gold prefix without the system turn, every copied "
+              "value swapped for another of its kind, the copying turn trained)"
+              + (f"; afterwards {100 * last['exact']:.1f}% of {cs['check_examples']} held-out drill turns were copied "
+                 f"exactly (teacher-forced argmax, {100 * last['tokens']:.1f}% of their tokens)." if last else "."), ""]
   dec = m.get("decision") or {}
   if dec.get("tasks"):
     lines += ["## Held-out checks", "",

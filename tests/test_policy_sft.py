@@ -127,6 +127,40 @@ def test_shared_prefix_logits_equal_the_full_forward():
     np.testing.assert_allclose(got[b, :n], want, atol=1e-5)
 
 
+def test_turn_accuracy_counts_argmax_hits_on_trained_tokens_against_a_per_example_forward():
+  """``sft.turn_accuracy`` against the argmax of one full forward pass per example: a shared
+  prefix, examples of several lengths (several batches), and a model trained to copy so that some
+  turns are exactly right and some are not."""
+  from rti_jax.policy.sft_example import SFTExample
+
+  cfg = sft.tiny_qwen3_config(40, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
+  model = Qwen(cfg, rngs=nnx.Rngs(0))
+  rng = np.random.default_rng(3)
+  prefix = [1, 2, 3]
+  examples = []
+  for i in range(12):
+    body = list(rng.integers(5, 40, int(rng.integers(4, 40))))
+    n = len(body)
+    mask = [False] * (3 + n // 2) + [True] * (n - n // 2)
+    examples.append(SFTExample(f"t{i}", "name_swap", tuple(prefix + body), tuple(mask)))
+  # four short sequences (no shared prefix with the rest) learned by heart: some turns exactly right
+  examples += sft.copy_task_examples(list(range(5, 40)), 4, length=5, seed=1)
+  sft.train(model, examples[12:] * 25, sft.SFTConfig(epochs=4.0, lr=1e-2, tokens_per_batch=256, max_len=64,
+                                                        len_multiple=32), pad_id=0)
+  got = sft.turn_accuracy(model, examples, pad_id=0, tokens_per_batch=128)
+  forward = nnx.jit(lambda m, x: m(x))
+  hits = total = exact = 0
+  for e in examples:
+    ids = np.asarray(e.token_ids)
+    pred = np.asarray(forward(model, jnp.asarray(ids[None])))[0].argmax(-1)
+    m = np.asarray(e.loss_mask[1:])
+    h = (pred[:-1] == ids[1:])[m]
+    hits, total, exact = hits + h.sum(), total + m.sum(), exact + bool(h.all())
+  assert got["tokens"] == pytest.approx(hits / total, abs=1e-6)
+  assert got["exact"] == pytest.approx(exact / len(examples), abs=1e-6)
+  assert 0 < got["tokens"] < 1 and 0 < got["exact"] < 1
+
+
 def test_common_prefix_is_the_untrained_system_turn(setup):
   _, _, tok, _, _, examples = setup
   p = sft.common_prefix_len(examples)

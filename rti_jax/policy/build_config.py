@@ -217,6 +217,23 @@ class Tau2DataConfig:
 
 
 @dataclasses.dataclass
+class Tau2CopyStageConfig:
+  """Stage 0 of a build from scratch: copy drills alone (``tau2_sft_data.copy_drills``: a gold
+  prefix without the system turn, every copied value swapped, the copying turn trained)."""
+
+  steps: int = 0  # at most this many steps (0 = no stage 0)
+  examples: int = 6000  # distinct drills
+  tokens_per_batch: int = 4096
+  lr: float = 3.0e-3
+  # the stage ends early once this share of held-out drill turns is copied exactly (teacher-forced
+  # argmax over every trained token; checked every check_every steps on check_examples drills of
+  # the held-out tasks; > 1 = never)
+  target: float = 0.9
+  check_every: int = 250
+  check_examples: int = 200
+
+
+@dataclasses.dataclass
 class Tau2TrainConfig:
   lr: float = 3e-3
   epochs: float = 2.0
@@ -241,6 +258,7 @@ class Tau2SFTConfig:
   tokenizer: TelecomTokenizerConfig = dataclasses.field(default_factory=TelecomTokenizerConfig)
   model: TinyQwenConfig = dataclasses.field(default_factory=TinyQwenConfig)
   data: Tau2DataConfig = dataclasses.field(default_factory=Tau2DataConfig)
+  copy_stage: Tau2CopyStageConfig = dataclasses.field(default_factory=Tau2CopyStageConfig)
   train: Tau2TrainConfig = dataclasses.field(default_factory=Tau2TrainConfig)
   eval: Tau2EvalConfig = dataclasses.field(default_factory=Tau2EvalConfig)
 
@@ -336,6 +354,15 @@ def validate_tau2(cfg: Tau2SFTConfig) -> Tau2SFTConfig:
          cfg.data.holdout)
   _check(cfg.data.max_tasks >= 0, "data.max_tasks", "an integer >= 0", cfg.data.max_tasks)
   _check_correction(cfg.data.correction)
+  c = cfg.copy_stage
+  for key in ("steps", "examples", "check_examples"):
+    _check(getattr(c, key) >= 0, f"copy_stage.{key}", "an integer >= 0", getattr(c, key))
+  _check(c.steps == 0 or c.examples >= 1, "copy_stage.examples", "an integer >= 1 with copy_stage.steps > 0",
+         c.examples)
+  _check(c.tokens_per_batch >= 256, "copy_stage.tokens_per_batch", "an integer >= 256", c.tokens_per_batch)
+  _check(c.lr > 0, "copy_stage.lr", "> 0", c.lr)
+  _check(c.check_every >= 1, "copy_stage.check_every", "an integer >= 1", c.check_every)
+  _check(c.steps == 0 or cfg.init is None, "copy_stage.steps", "0 when continuing a policy (init)", c.steps)
   _check(cfg.train.lr > 0, "train.lr", "> 0", cfg.train.lr)
   _check(cfg.train.epochs > 0, "train.epochs", "> 0", cfg.train.epochs)
   _check(1 <= cfg.eval.max_turns <= 60, "eval.max_turns", "an integer in 1..60", cfg.eval.max_turns)

@@ -290,6 +290,35 @@ def eval_step(model: Qwen, prefix: jax.Array, ids: jax.Array, attn: jax.Array, m
   return masked_nll(shared_prefix_logits(model, prefix, ids, attn), ids, mask)
 
 
+@nnx.jit
+def _argmax_hits(model: Qwen, prefix: jax.Array, ids: jax.Array, attn: jax.Array, mask: jax.Array
+                 ) -> tuple[jax.Array, jax.Array]:
+  """Per row: trained tokens whose argmax prediction is right, and trained tokens ([B] each)."""
+  logits = shared_prefix_logits(model, prefix, ids, attn)
+  hit = (jnp.argmax(logits[:, :-1], axis=-1) == ids[:, 1:]).astype(jnp.float32)
+  m = mask[:, 1:].astype(jnp.float32)
+  return jnp.sum(hit * m, axis=1), jnp.sum(m, axis=1)
+
+
+def turn_accuracy(model: Qwen, examples: Sequence[SFTExample], pad_id: int, tokens_per_batch: int = 4096
+                  ) -> dict[str, float]:
+  """Teacher-forced greedy accuracy over the trained tokens of ``examples``: ``tokens`` (share of
+  trained tokens predicted right), ``exact`` (share of examples with every trained token right)."""
+  if not examples:
+    raise ValueError("examples: expected at least one example, got 0")
+  longest = max(len(e.token_ids) for e in examples)
+  cfg = SFTConfig(tokens_per_batch=max(tokens_per_batch, longest), max_len=longest, len_multiple=32)
+  p = common_prefix_len(examples)
+  prefix = jnp.asarray(examples[0].token_ids[:p], jnp.int32)
+  hits = total = exact = rows = 0.0
+  for ids, attn, mask in make_batches(examples, cfg, np.random.default_rng(0), pad_id, p):
+    h, n = (np.asarray(x) for x in _argmax_hits(model, prefix, jnp.asarray(ids), jnp.asarray(attn), jnp.asarray(mask)))
+    real = attn.sum(axis=1) > 0
+    hits, total = hits + float(h[real].sum()), total + float(n[real].sum())
+    exact, rows = exact + float(np.sum((h == n)[real])), rows + float(real.sum())
+  return {"tokens": hits / max(total, 1.0), "exact": exact / max(rows, 1.0)}
+
+
 def evaluate_loss(model: Qwen, examples: Sequence[SFTExample], cfg: SFTConfig, pad_id: int) -> float:
   """Mean NLL per trained token over ``examples`` (no update)."""
   tot, cnt = 0.0, 0.0
