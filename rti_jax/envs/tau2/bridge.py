@@ -377,8 +377,19 @@ def tau2_reward(domain: str, task: Any, messages: list[Any], termination: str) -
                     method="tau2", note=note)
 
 
-def fast_reward(domain: str, task: Any, env: Any, messages: list[Any], termination: str) -> Tau2Reward:
+@functools.cache
+def initial_db_hash(domain: str) -> str:
+  """tau2's hash of the domain's initial database (what an episode that wrote nothing leaves)."""
+  with quiet_serializer():
+    return new_environment(domain).get_db_hash()
+
+
+def fast_reward(domain: str, task: Any, env: Any, messages: list[Any], termination: str,
+                untouched: bool = False) -> Tau2Reward:
   """What ``tau2_reward`` gives, read off the live environment ``env`` instead of a replay.
+
+  untouched: the caller knows ``env`` holds the initial database (no initial state, nothing written);
+    its hash is then ``initial_db_hash`` and the gold database is not needed.
 
   Follows tau2's evaluator step by step: 0 unless the episode ended by a stop; 1 without criteria;
   the DB basis compares database hashes (the gold one from ``gold_replay``); ENV_ASSERTION runs the
@@ -404,10 +415,13 @@ def fast_reward(domain: str, task: Any, env: Any, messages: list[Any], terminati
       db_reward, db_match = 1.0, True
     else:
       gold_hash = gold_replay(domain, task).db_hash
-      # Unequal objects dump unequally (arguments come from JSON), so only an equal database needs
-      # tau2's hash, which tells an int from a float as the object comparison does not.
-      with quiet_serializer():
-        db_match = env.tools.db == gold_db(domain, task) and env.get_db_hash() == gold_hash
+      if untouched:
+        db_match = initial_db_hash(domain) == gold_hash
+      else:
+        # Unequal objects dump unequally (arguments come from JSON), so only an equal database needs
+        # tau2's hash, which tells an int from a float as the object comparison does not.
+        with quiet_serializer():
+          db_match = env.tools.db == gold_db(domain, task) and env.get_db_hash() == gold_hash
       db_reward = 1.0 if db_match else 0.0
     assertion_reward = 1.0
     for assertion in criteria.env_assertions or []:

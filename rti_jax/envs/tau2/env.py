@@ -249,6 +249,9 @@ class Tau2Env(ConversationEnv):
                                         compact=policy_text == "condensed")
     self._task: Tau2Task | None = None
     self._env: Any = None
+    # True while self._env's databases are as new_environment made them (no initial state, no write
+    # or user call reached tau2): the next episode may start on them instead of a fresh copy
+    self._untouched = False
     self._user: Any = None
     self._log: list[Any] = []
     self._writes: list[tuple[str, dict[str, Any]]] = []
@@ -277,10 +280,15 @@ class Tau2Env(ConversationEnv):
                        "(e.g. replay.RecordedUser)")
     msg = bridge.tau2_modules()["message"]
     self._task = task
-    self._env = bridge.new_environment(self.domain)
+    # Parsing a fresh copy of the database is most of an episode's cost; one that nothing wrote to
+    # is still the initial database (tau2's read, think and generic tools do not change it)
+    if not (self._untouched and self.domain != bridge.TELECOM):
+      self._env = bridge.new_environment(self.domain)
+    self._untouched = True
     self._ids = bridge.episode_ids(self.domain)
     init = task.task.initial_state
     if init is not None:
+      self._untouched = False
       with bridge.tool_ids(self._ids):
         self._env.set_state(initialization_data=init.initialization_data,
                             initialization_actions=init.initialization_actions,
@@ -423,6 +431,7 @@ class Tau2Env(ConversationEnv):
     """The live tau2 ``Environment`` of the episode."""
     if self._env is None:
       raise RuntimeError("no episode: call reset(task) first")
+    self._untouched = False  # the caller may change it
     return self._env
 
   @property
@@ -449,6 +458,8 @@ class Tau2Env(ConversationEnv):
     msg = bridge.tau2_modules()["message"]
     self._n_calls += 1
     call = msg.ToolCall(id=f"call_{self._n_calls}", name=name, arguments=dict(arguments), requestor="assistant")
+    if name in bridge.tool_info(self.domain)[1]:
+      self._untouched = False
     with bridge.quiet_serializer(), bridge.tool_ids(self._ids):
       reply = self._env.get_response(call)
     content = reply.content or ""
@@ -471,6 +482,7 @@ class Tau2Env(ConversationEnv):
     then tau2's replies. Returns per call {name, arguments, output (tau2's text), error}."""
     msg = bridge.tau2_modules()["message"]
     tool_calls, replies = [], []
+    self._untouched = False
     for name, arguments in calls:
       if not isinstance(arguments, dict):
         raise TypeError(f"arguments of the user's {name!r} call: expected a dict, got {type(arguments).__name__}")
@@ -496,7 +508,10 @@ class Tau2Env(ConversationEnv):
     if method == "tau2":
       return bridge.tau2_reward(self.domain, self._task.task, self._log, termination)
     if method == "fast":
-      return bridge.fast_reward(self.domain, self._task.task, self._env, self._log, termination)
+      if getattr(self._task.task.evaluation_criteria, "env_assertions", None):
+        self._untouched = False  # assertions run tau2 functions on the live environment
+      return bridge.fast_reward(self.domain, self._task.task, self._env, self._log, termination,
+                                untouched=self._untouched)
     raise ValueError(f"method: expected one of {list(REWARDS)}, got {method!r}")
 
   def _finish(self, new: list[dict[str, Any]], termination: str) -> StepResult:
