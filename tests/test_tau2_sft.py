@@ -206,13 +206,27 @@ def test_the_audit_scores_drawn_episodes_with_taus_evaluator_too(monkeypatch):
   assert reward_audits([[traj({})]]) == {}
 
 
+#: the two tests that read the quick Retail build run on one xdist worker, so it is built once
+QUICK_BUILD = pytest.mark.xdist_group("tau2_quick_build")
+
+
+@pytest.fixture(scope="module")
+def quick_build(tmp_path_factory):
+  """``--exp=tau2_sft --env retail --quick`` (with its held-out checks): the build's output dir."""
+  from experiments import tau2_sft
+
+  out = tmp_path_factory.mktemp("tau2_quick") / "rsft"
+  assert tau2_sft.main(["--env", "retail", "--quick", "--out", str(out)]) == 0
+  return out
+
+
 @pytest.mark.slow
-def test_quick_build_writes_a_policy_its_card_and_the_held_out_checks(tmp_path):
+@QUICK_BUILD
+def test_quick_build_writes_a_policy_its_card_and_the_held_out_checks(quick_build, tmp_path):
   from experiments import tau2_sft
   from models import from_pretrained
 
-  out = tmp_path / "rsft"
-  assert tau2_sft.main(["--env", "retail", "--quick", "--out", str(out)]) == 0
+  out = quick_build
   policy = out / "policy"
   build = json.loads((policy / "build.json").read_text())
   assert build["domain"] == "retail" and build["builder"] == "tau2_sft" and build["config"]["data"]["max_tasks"] == 8
@@ -235,17 +249,18 @@ def test_quick_build_writes_a_policy_its_card_and_the_held_out_checks(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("domain", DOMAINS)
-def test_a_compare_run_checks_its_episodes_against_taus_evaluator(domain, tmp_path):
-  """A smoke-built policy through ``--exp=compare --quick`` with every episode audited: the training
-  records and the evaluations count their checks, and tau2's evaluate_simulation agrees with every
-  reward the run used."""
-  from experiments import compare, tau2_sft
+@QUICK_BUILD
+def test_a_compare_run_checks_its_episodes_against_taus_evaluator(quick_build, tmp_path):
+  """The smoke-built Retail policy through ``--exp=compare --quick`` with every episode audited: the
+  training records and the evaluations count their checks, and tau2's evaluate_simulation agrees with
+  every reward the run used. (Airline's rewards go through the same adapter and audit; its fast
+  reward is checked against tau2's evaluator in tests/test_tau2_domains.py.)"""
+  from experiments import compare
 
-  assert tau2_sft.main(["--env", domain, "--quick", "--no-eval", "--out", str(tmp_path / "sft")]) == 0
+  domain = "retail"
   out = tmp_path / "cmp"
   assert compare.main(["--env", domain, "--quick", "--no-progress", "--out", str(out), "--test-tasks", "3",
-                       f"policy.path={tmp_path / 'sft' / 'policy'}", f"env.{domain}.audit_share=1.0",
+                       f"policy.path={quick_build / 'policy'}", f"env.{domain}.audit_share=1.0",
                        "env.max_turns=12"]) == 0
   results = json.loads((out / "results.json").read_text())
   run = results["runs"]["0"]
