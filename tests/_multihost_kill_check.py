@@ -1,8 +1,10 @@
 """Run by tests/test_multihost.py: process ``PID`` of a 2-process toy GRPO training (2 forced CPU
 devices each, 3 iterations, a checkpoint after each) in RUN_DIR; with KILL=rollout or KILL=update,
-process VICTIM kills itself with SIGKILL (no clean-up) in that stage of iteration AT.
+process VICTIM kills itself with SIGKILL (no clean-up) in that stage of iteration AT. With REFERENCE
+(a directory), the same processes first train the uninterrupted run there (the programs they compile
+serve both runs).
 
-    python tests/_multihost_kill_check.py POLICY RUN_DIR PID PORT KILL VICTIM AT HEARTBEAT_S
+    python tests/_multihost_kill_check.py POLICY RUN_DIR PID PORT KILL VICTIM AT HEARTBEAT_S [REFERENCE]
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 
 POLICY, RUN_DIR, PID, PORT, KILL, VICTIM, AT, HEARTBEAT = sys.argv[1:9]
 PID, VICTIM, AT = int(PID), int(VICTIM), int(AT)
+REFERENCE = sys.argv[9] if len(sys.argv) > 9 else None
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
                            " --xla_cpu_multi_thread_eigen=false --xla_cpu_collective_call_terminate_timeout_seconds=120"
                            ).strip()
@@ -30,10 +33,11 @@ from rti_jax.envs.source import TaskSource  # noqa: E402
 from trainer_fixtures import LengthRewardEnv  # noqa: E402
 
 ITERATION = [0]  # the iteration in progress
+ARMED = [REFERENCE is None]  # not while the reference run trains
 
 
 def die_here(stage: str) -> None:
-  if KILL == stage and PID == VICTIM and ITERATION[0] == AT:
+  if ARMED[0] and KILL == stage and PID == VICTIM and ITERATION[0] == AT:
     print(f"process {PID}: SIGKILL in the {stage} of iteration {AT}", flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -67,5 +71,9 @@ cfg = load_config("navigation", [
     f"mesh.heartbeat_timeout_s={HEARTBEAT}"])
 source = TaskSource(train=list(range(12)), test=list(range(100, 104)), env_factory=LengthRewardEnv, task_id=str,
                     subsets={}, domain="navigation")
+if REFERENCE is not None:
+  trainer_mod.Trainer(cfg, REFERENCE, source=source, progress=False).train()
+  print(f"process {PID}: reference finished", flush=True)
+  ARMED[0] = True
 trainer_mod.Trainer(cfg, RUN_DIR, source=source, progress=False).train()
 print(f"process {PID}: finished", flush=True)

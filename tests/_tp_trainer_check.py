@@ -1,9 +1,10 @@
-"""Run by tests/test_tensor_parallel.py: the trainer on 8 forced CPU devices, or on the devices there are.
+"""Used by tests/test_tensor_parallel.py: the trainer on 8 forced CPU devices, or on the devices there are.
 
 ``python tests/_tp_trainer_check.py POLICY_DIR RUN_DIR DATA FSDP TENSOR`` builds the trainer of a toy
 one-turn environment on a (DATA, FSDP, TENSOR) mesh (``8`` devices are forced when the product is
 8), runs one iteration (rollouts from the sampler's decode copy, the sharded update, the weight
-sync) and prints one JSON object: the iteration's metrics and where the parameters live.
+sync) and prints one JSON object: the iteration's metrics and where the parameters live. The test
+runs the one-device reference in its own process with ``run``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-if int(sys.argv[3]) * int(sys.argv[4]) * int(sys.argv[5]) == 8:
+if __name__ == "__main__" and int(sys.argv[3]) * int(sys.argv[4]) * int(sys.argv[5]) == 8:
   # Ops run on their device's thread (no intra-op tasks queued behind threads blocked in a
   # collective's rendezvous); a rendezvous that still starves aborts after 120 s.
   os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + (
@@ -35,8 +36,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from trainer_fixtures import ONE_STEP_FROM_SAMPLER, LengthRewardEnv  # noqa: E402
 
 
-def main() -> None:
-  policy, run_dir, data, fsdp, tensor = sys.argv[1], sys.argv[2], *sys.argv[3:6]
+def run(policy: str, run_dir: str, data: int, fsdp: int, tensor: int) -> dict:
+  """One iteration on a (data, fsdp, tensor) mesh: the report ``main`` prints."""
   cfg = load_config("navigation", [
       f"policy.path={policy}", "loss.method=grpo", "rollout.tasks_per_iter=2", "rollout.group_size=4",
       "rollout.max_new_tokens=6", "rollout.max_context=64", "train.iterations=1", "train.val_tasks=0",
@@ -50,11 +51,15 @@ def main() -> None:
   record = tr.iterate()
   decode = {jax.tree_util.keystr(p): str(x.sharding.spec)
             for p, x in jax.tree_util.tree_leaves_with_path(tr.backend.sampler.state)}
-  print(json.dumps({
-      "devices": jax.device_count(), "mesh": dict(tr.mesh.shape), "has_model": hasattr(tr, "model"),
+  return {
+      "devices": int(tr.mesh.size), "mesh": dict(tr.mesh.shape), "has_model": hasattr(tr, "model"),
       "specs": specs, "decode_specs": decode, "record": {k: v for k, v in record.items() if isinstance(v, (int, float))},
       "sampler_mesh": None if tr.backend.sampler.mesh is None else dict(tr.backend.sampler.mesh.shape),
-  }))
+  }
+
+
+def main() -> None:
+  print(json.dumps(run(sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6]))))
 
 
 if __name__ == "__main__":

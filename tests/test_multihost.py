@@ -287,15 +287,18 @@ HEARTBEAT_S = 10
 
 
 def _run_pair(policy: str, run_dir: pathlib.Path, kill: str, victim: int, at: int, cache: pathlib.Path,
-              log_dir: pathlib.Path, timeout: float = 300.0) -> tuple[list[int | None], list[str], float | None]:
-  """Both processes of one launch: exit codes, logs, and how long the survivor lived after the victim died."""
+              log_dir: pathlib.Path, timeout: float = 300.0, reference: pathlib.Path | None = None,
+              ) -> tuple[list[int | None], list[str], float | None]:
+  """Both processes of one launch (first training the uninterrupted run in ``reference``, if given): exit
+  codes, logs, and how long the survivor lived after the victim died."""
   port = str(_free_port())
   env = dict(_env(), JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
              JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
   logs = [log_dir / f"{kill}_{at}_process_{i}.log" for i in range(2)]
   handles = [open(log, "w") for log in logs]
   procs = [subprocess.Popen([sys.executable, str(HERE / "_multihost_kill_check.py"), policy, str(run_dir), str(i),
-                             port, kill, str(victim), str(at), str(HEARTBEAT_S)],
+                             port, kill, str(victim), str(at), str(HEARTBEAT_S),
+                             *([str(reference)] if reference is not None else [])],
                             stdout=h, stderr=subprocess.STDOUT, env=env, cwd=HERE.parent) for i, h in enumerate(handles)]
   deadline, died, survived = time.monotonic() + timeout, None, None
   try:
@@ -319,10 +322,11 @@ def _run_pair(policy: str, run_dir: pathlib.Path, kill: str, victim: int, at: in
 
 @pytest.mark.slow
 def test_a_killed_process_ends_the_job_and_a_restart_resumes_exactly(toy_policy, tmp_path):
-  """SIGKILL one process mid-rollout (process 1, iteration 2), then, after a restart, mid-update
-  (process 0, the coordinator, iteration 3): each time the survivor exits non-zero within the
-  heartbeat timeout plus a margin, naming the lost process; only finished iterations are on disk;
-  the final restart resumes to the uninterrupted run's records."""
+  """After an uninterrupted reference run in the same processes, SIGKILL one process mid-rollout
+  (process 1, iteration 2), then, after a restart, mid-update (process 0, the coordinator,
+  iteration 3): each time the survivor exits non-zero within the heartbeat timeout plus a margin,
+  naming the lost process; only finished iterations are on disk; the final restart resumes to the
+  uninterrupted run's records."""
   cache, logs = tmp_path / "cache", tmp_path / "logs"
   logs.mkdir()
 
@@ -333,13 +337,12 @@ def test_a_killed_process_ends_the_job_and_a_restart_resumes_exactly(toy_policy,
   def checkpoints(run_dir: pathlib.Path) -> list[str]:
     return sorted(p.name for p in (run_dir / "ckpt").iterdir() if p.name.isdigit())
 
-  codes, texts, _ = _run_pair(toy_policy, tmp_path / "reference", "none", 0, 0, cache, logs)
-  assert codes == [0, 0], "\n".join(t[-3000:] for t in texts)
+  # the first launch trains the uninterrupted reference, then the run it kills
+  run = tmp_path / "run"
+  codes, texts, survived = _run_pair(toy_policy, run, "rollout", 1, 2, cache, logs, reference=tmp_path / "reference")
+  assert all("reference finished" in t for t in texts), [t[-3000:] for t in texts]
   full = metrics(tmp_path / "reference")
   assert [r["iteration"] for r in full] == [1, 2, 3]
-
-  run = tmp_path / "run"
-  codes, texts, survived = _run_pair(toy_policy, run, "rollout", 1, 2, cache, logs)
   assert codes[1] == -signal.SIGKILL and codes[0] not in (0, None), (codes, texts[0][-3000:])
   assert survived is not None and survived < HEARTBEAT_S + 60, survived
   assert re.search(r"stopped sending heartbeats\):\s*1\b", texts[0]), texts[0][-3000:]

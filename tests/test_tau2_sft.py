@@ -21,6 +21,8 @@ from rti_jax.policy import tau2_sft_data as td  # noqa: E402
 from rti_jax.policy.sft_example import encode_messages  # noqa: E402
 
 DOMAINS = ("retail", "airline")
+#: the tests that read the ``episodes`` fixture run on one xdist worker, so the episodes are played once
+EPISODES = pytest.mark.xdist_group("tau2_sft_episodes")
 
 
 @pytest.fixture(scope="module")
@@ -44,17 +46,20 @@ def formatter(episodes):
   return ChatFormatter(build_tokenizer(td.corpus_texts(eps, env), 2048, pattern=TELECOM_PATTERN))
 
 
+@EPISODES
 @pytest.mark.parametrize("domain", DOMAINS)
 def test_the_mistake_is_a_transfer_at_the_first_confirmation_and_tau2_scores_it_zero(episodes, domain):
   env, eps = episodes[domain]
   with_decision = [ep for ep in eps if ep.decisive is not None]
   assert len(with_decision) >= 6 and all(ep.ok for ep in eps)
-  for ep in with_decision:
+  for n, ep in enumerate(with_decision):
     d = ep.decisive
     assert ep.good[d]["content"].startswith("To confirm, I will")
     assert ep.bad[:d] == ep.good[:d]  # the same episode up to the decision
     assert ep.bad[d]["content"].startswith("<tool_call>") and td.TRANSFER in ep.bad[d]["content"]
     assert len(ep.bad) == d + 2 and ep.bad[-1]["role"] == "tool"  # the transfer ended the episode
+    if n >= 3:  # the fast reward that scored them is checked against tau2's evaluator in test_tau2_domains
+      continue
     # tau2's own evaluator on the mistaken episode, replayed: 0; on the gold one: 1
     for messages, want in ((ep.bad, 0.0), (ep.good, 1.0)):
       env.reset(ep.task)
@@ -66,6 +71,7 @@ def test_the_mistake_is_a_transfer_at_the_first_confirmation_and_tau2_scores_it_
   assert all(not (set(ep.task.request_types) - {"refusal"}) for ep in refusals)
 
 
+@EPISODES
 @pytest.mark.parametrize("domain", DOMAINS)
 def test_first_derailment_points_at_the_transfer_and_at_nothing_on_the_gold_path(episodes, domain):
   env, eps = episodes[domain]
@@ -77,6 +83,7 @@ def test_first_derailment_points_at_the_transfer_and_at_nothing_on_the_gold_path
       assert where == {"turn": turn, "kind": "transfer", "errors": ["premature_end"]}
 
 
+@EPISODES
 def test_first_derailment_names_a_wrong_write(episodes):
   env, eps = episodes["retail"]
   ep = next(e for e in eps if e.decisive is not None)
@@ -101,6 +108,7 @@ def test_step_kinds():
   assert td.step_kind("Hello", writes) == "message"
 
 
+@EPISODES
 def test_the_mix_trains_what_each_kind_says(episodes, formatter):
   env, eps = episodes["retail"]
   tok = formatter.tokenizer
@@ -128,6 +136,7 @@ def test_the_mix_trains_what_each_kind_says(episodes, formatter):
           m == b for m, b in zip(ex.loss_mask, encode_messages(formatter, ep.bad)[1]))
 
 
+@EPISODES
 @pytest.mark.parametrize("domain", DOMAINS)
 def test_copy_drills_swap_every_copied_value_and_train_one_turn(episodes, formatter, domain):
   env, eps = episodes[domain]
@@ -259,16 +268,16 @@ def test_a_compare_run_checks_its_episodes_against_taus_evaluator(quick_build, t
 
   domain = "retail"
   out = tmp_path / "cmp"
-  assert compare.main(["--env", domain, "--quick", "--no-progress", "--out", str(out), "--test-tasks", "3",
+  assert compare.main(["--env", domain, "--quick", "--no-progress", "--out", str(out), "--test-tasks", "2",
                        f"policy.path={quick_build / 'policy'}", f"env.{domain}.audit_share=1.0",
-                       "env.max_turns=12"]) == 0
+                       "env.max_turns=12", "train.val_tasks=0"]) == 0
   results = json.loads((out / "results.json").read_text())
   run = results["runs"]["0"]
   for method in ("grpo", "rti"):
     records = [json.loads(line) for line in (out / "seed0" / method / "metrics.jsonl").read_text().splitlines()]
     # --quick: one iteration of 2 tasks x G = 2
     assert [(r["reward_audit/checked"], r["reward_audit/mismatched"]) for r in records] == [(4, 0)]
-    # the test split's evaluation: 3 tasks x 2 samples
-    assert (run[method]["reward_audit/checked"], run[method]["reward_audit/mismatched"]) == (6, 0)
+    # the test split's evaluation: 2 tasks x 2 samples
+    assert (run[method]["reward_audit/checked"], run[method]["reward_audit/mismatched"]) == (4, 0)
   cols = results["table"]["columns"]
   assert cols[-1] == "reward checks (off)" and all(r[-1].endswith("(0)") for r in results["table"]["rows"][1:])

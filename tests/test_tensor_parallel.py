@@ -280,7 +280,9 @@ def test_trainer_iteration_on_a_tensor_parallel_mesh_equals_one_device(toy_polic
   rollouts and update match the one-device trainer's."""
   from rti_jax.trainer import TIMING_KEYS
 
-  ref = _trainer_run(toy_policy, tmp_path / "one", (1, 1, 1))
+  import _tp_trainer_check
+
+  ref = _tp_trainer_check.run(toy_policy, str(tmp_path / "one"), 1, 1, 1)  # in this process, on one device
   got = _trainer_run(toy_policy, tmp_path / "tp", (1, 4, 2))
   assert ref["devices"] == 1 and got["devices"] == 8 and got["mesh"] == {"data": 1, "fsdp": 4, "tensor": 2}
   assert not got["has_model"] and got["sampler_mesh"] == got["mesh"]
