@@ -66,10 +66,37 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
   return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (``--dist loadgroup``)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
   """The slow tier first, each tier in its files' order: with ``-n``, the long end-to-end checks
-  start while every worker is free, and the short checks fill the end of the run."""
+  start while every worker is free, and the short checks fill the end of the run.
+
+  A test that reads a module-scoped fixture of its own file, and has no group of its own, joins
+  the xdist group of that fixture: with ``-n`` the fixture (a quick build, a subprocess report) is
+  made once per run instead of once per worker that draws one of its tests."""
   items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+  uses: list[tuple[pytest.Item, list[str]]] = []
+  parent: dict[str, str] = {}  # module fixtures read by one test share a group (union-find)
+
+  def root(x: str) -> str:
+    while parent.setdefault(x, x) != x:
+      x = parent[x]
+    return x
+
+  for item in items:
+    info = getattr(item, "_fixtureinfo", None)
+    if item.get_closest_marker("xdist_group") is not None or info is None:
+      continue
+    module = item.nodeid.split("::")[0]
+    own = sorted(f"{module}::{name}" for name, defs in info.name2fixturedefs.items()
+                 if defs and defs[-1].scope == "module" and defs[-1].baseid == module)
+    if own:
+      uses.append((item, own))
+      for other in own[1:]:
+        a, b = root(own[0]), root(other)
+        parent[max(a, b)] = min(a, b)
+  for item, own in uses:
+    item.add_marker(pytest.mark.xdist_group(root(own[0])))
 
 
 def pytest_configure(config: pytest.Config) -> None:
