@@ -21,8 +21,6 @@ from rti_jax.policy import tau2_sft_data as td  # noqa: E402
 from rti_jax.policy.sft_example import encode_messages  # noqa: E402
 
 DOMAINS = ("retail", "airline")
-#: the tests that read the ``episodes`` fixture run on one xdist worker, so the episodes are played once
-EPISODES = pytest.mark.xdist_group("tau2_sft_episodes")
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +44,6 @@ def formatter(episodes):
   return ChatFormatter(build_tokenizer(td.corpus_texts(eps, env), 2048, pattern=TELECOM_PATTERN))
 
 
-@EPISODES
 @pytest.mark.parametrize("domain", DOMAINS)
 def test_the_mistake_is_a_transfer_at_the_first_confirmation_and_tau2_scores_it_zero(episodes, domain):
   env, eps = episodes[domain]
@@ -71,7 +68,6 @@ def test_the_mistake_is_a_transfer_at_the_first_confirmation_and_tau2_scores_it_
   assert all(not (set(ep.task.request_types) - {"refusal"}) for ep in refusals)
 
 
-@EPISODES
 @pytest.mark.parametrize("domain", DOMAINS)
 def test_first_derailment_points_at_the_transfer_and_at_nothing_on_the_gold_path(episodes, domain):
   env, eps = episodes[domain]
@@ -83,7 +79,6 @@ def test_first_derailment_points_at_the_transfer_and_at_nothing_on_the_gold_path
       assert where == {"turn": turn, "kind": "transfer", "errors": ["premature_end"]}
 
 
-@EPISODES
 def test_first_derailment_names_a_wrong_write(episodes):
   env, eps = episodes["retail"]
   ep = next(e for e in eps if e.decisive is not None)
@@ -108,7 +103,6 @@ def test_step_kinds():
   assert td.step_kind("Hello", writes) == "message"
 
 
-@EPISODES
 def test_the_mix_trains_what_each_kind_says(episodes, formatter):
   env, eps = episodes["retail"]
   tok = formatter.tokenizer
@@ -136,7 +130,6 @@ def test_the_mix_trains_what_each_kind_says(episodes, formatter):
           m == b for m, b in zip(ex.loss_mask, encode_messages(formatter, ep.bad)[1]))
 
 
-@EPISODES
 @pytest.mark.parametrize("domain", DOMAINS)
 def test_copy_drills_swap_every_copied_value_and_train_one_turn(episodes, formatter, domain):
   env, eps = episodes[domain]
@@ -215,10 +208,6 @@ def test_the_audit_scores_drawn_episodes_with_taus_evaluator_too(monkeypatch):
   assert reward_audits([[traj({})]]) == {}
 
 
-#: the two tests that read the quick Retail build run on one xdist worker, so it is built once
-QUICK_BUILD = pytest.mark.xdist_group("tau2_quick_build")
-
-
 @pytest.fixture(scope="module")
 def quick_build(tmp_path_factory):
   """``--exp=tau2_sft --env retail --quick`` (with its held-out checks): the build's output dir."""
@@ -230,7 +219,6 @@ def quick_build(tmp_path_factory):
 
 
 @pytest.mark.slow
-@QUICK_BUILD
 def test_quick_build_writes_a_policy_its_card_and_the_held_out_checks(quick_build, tmp_path):
   from experiments import tau2_sft
   from models import from_pretrained
@@ -258,7 +246,6 @@ def test_quick_build_writes_a_policy_its_card_and_the_held_out_checks(quick_buil
 
 
 @pytest.mark.slow
-@QUICK_BUILD
 def test_a_compare_run_checks_its_episodes_against_taus_evaluator(quick_build, tmp_path):
   """The smoke-built Retail policy through ``--exp=compare --quick`` with every episode audited: the
   training records and the evaluations count their checks, and tau2's evaluate_simulation agrees with
@@ -270,7 +257,7 @@ def test_a_compare_run_checks_its_episodes_against_taus_evaluator(quick_build, t
   out = tmp_path / "cmp"
   assert compare.main(["--env", domain, "--quick", "--no-progress", "--out", str(out), "--test-tasks", "2",
                        f"policy.path={quick_build / 'policy'}", f"env.{domain}.audit_share=1.0",
-                       "env.max_turns=12", "train.val_tasks=0"]) == 0
+                       "env.max_turns=12"]) == 0
   results = json.loads((out / "results.json").read_text())
   run = results["runs"]["0"]
   for method in ("grpo", "rti"):

@@ -32,9 +32,6 @@ HERE = pathlib.Path(__file__).resolve().parent
 #: that has every axis
 MESHES = {"qwen3": ["1x8x1", "1x4x2", "2x2x2"], "qwen3_moe": ["2x2x2"]}
 CASES = [(family, mesh) for family, meshes in MESHES.items() for mesh in meshes]
-#: the tests that read the one subprocess report run on one xdist worker (``--dist loadgroup``),
-#: so the subprocess runs once per test session
-TP_REPORT = pytest.mark.xdist_group("tp_report")
 
 
 def _config(family: str = "qwen3", **kw) -> QwenConfig:
@@ -222,7 +219,6 @@ def tp_report() -> dict:
 
 
 @pytest.mark.slow
-@TP_REPORT
 @pytest.mark.parametrize("family, mesh", CASES)
 def test_sharded_train_step_and_sampler_equal_one_device(tp_report, family, mesh):
   fam = tp_report[family]
@@ -240,7 +236,6 @@ def test_sharded_train_step_and_sampler_equal_one_device(tp_report, family, mesh
 
 
 @pytest.mark.slow
-@TP_REPORT
 def test_parameters_and_decode_copy_use_the_tensor_axis(tp_report):
   dense = tp_report["qwen3"]["meshes"]["1x4x2"]
   assert dense["specs"]["layers.0.attn.q_proj.kernel"] == "P('fsdp', 'tensor')"
