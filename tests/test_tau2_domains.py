@@ -349,8 +349,9 @@ def test_every_tau2_task_gold_pass_and_do_nothing_rate(domain, do_nothing):
 
 
 def test_an_episode_that_writes_nothing_leaves_the_next_one_the_same_database(retail_env):
-  """A new episode starts on the last one's database only when nothing was written to it; rewards
-  are the same as on a fresh copy (the fast reward then uses the initial database's hash)."""
+  """A new episode starts on the last one's database as it is when nothing was written to it, and
+  put back record by record when something was; rewards are the same as on a fresh copy (the fast
+  reward then uses the initial database's hash)."""
   tasks = [find_task("retail", i) for i in RETAIL_SAMPLE[:3]]
   env = Tau2Env("retail", reward="fast")
   env.reset(tasks[0])
@@ -359,12 +360,62 @@ def test_an_episode_that_writes_nothing_leaves_the_next_one_the_same_database(re
   assert env._env is first and env._untouched
   assert env.score("tau2").reward == env.score("fast").reward
   assert run_episode(env, GoldAgent(tasks[2]), tasks[2]).reward == 1.0 and not env._untouched
-  wrote = env._env
-  assert bridge.new_environment("retail").get_db_hash() != wrote.get_db_hash()
+  assert bridge.new_environment("retail").get_db_hash() != env._env.get_db_hash()
   for task in tasks:
     assert run_episode(env, DoNothingAgent(), task).reward == env.score("tau2").reward
-    assert env._env is not wrote
+    assert env._env.tools.db == bridge.new_environment("retail").tools.db
     assert env._env.get_db_hash() == bridge.initial_db_hash("retail")
+
+
+@pytest.mark.parametrize("domain,ids", [("retail", RETAIL_SAMPLE), ("airline", AIRLINE_SAMPLE)])
+def test_a_written_database_put_back_equals_a_freshly_parsed_one(domain, ids, monkeypatch):
+  """``restore_db`` after each task's gold calls (records changed, added, removed, reordered) gives
+  a database equal to a fresh parse: as objects, as tau2's JSON dump (key order included) and by
+  tau2's hash; gold replays that start on recycled databases leave the same hashes as fresh ones."""
+  fresh = bridge.new_environment(domain)
+  env = bridge.new_environment(domain)
+  msg = bridge.tau2_modules()["message"]
+  db = env.tools.db
+  table = next(iter(db.__dict__))
+  extra = next(iter(db.__dict__[table]))
+  changed = 0
+  for task_id in ids:
+    task = find_task(domain, task_id).task
+    for i, a in enumerate(task.evaluation_criteria.actions or []):
+      env.get_response(msg.ToolCall(id=f"g{i}", name=a.name, arguments=dict(a.arguments), requestor=a.requestor))
+    changed += env.get_db_hash() != fresh.get_db_hash()
+    records = db.__dict__[table]
+    records["added-by-the-test"] = records.pop(extra)  # one record gone, one new, the order changed
+    assert bridge.restore_db(domain, db) >= 2
+    assert db == fresh.tools.db and list(db.__dict__[table]) == list(fresh.tools.db.__dict__[table])
+    assert db.model_dump_json() == fresh.tools.db.model_dump_json()
+    assert env.get_db_hash() == bridge.initial_db_hash(domain)
+    assert bridge.restore_db(domain, db) == 0
+  assert changed >= 2  # the sample's gold calls write
+  with pytest.raises(TypeError, match="database"):
+    bridge.restore_db(domain, object())
+
+  monkeypatch.setattr(bridge, "GOLD_DB_CACHE", 2)
+  tasks = tau2_tasks(domain)[:6]
+  built = []
+  real_new = bridge.new_environment
+  monkeypatch.setattr(bridge, "new_environment", lambda d: built.append(d) or real_new(d))
+
+  def hashes(recycle: bool) -> list[str]:
+    out = []
+    for t in tasks:
+      if not recycle:
+        bridge._SPARE[domain].clear()
+      bridge.forget_gold(domain, t.task.id)
+      out.append(bridge.gold_replay(domain, t.task).db_hash)
+    return out
+
+  by_fresh = hashes(recycle=False)
+  assert len(built) == len(tasks)
+  built.clear()
+  recycled = hashes(recycle=True)
+  assert len(built) <= 3  # the later replays started on databases the cache let go
+  assert recycled == by_fresh
 
 
 # --------------------------------------------------------------------------- the evaluator's environments

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rti_jax.envs.base import run_episode
+from rti_jax.envs.base import run_episode  # noqa: F401  (re-exported for callers)
 from rti_jax.envs.tau2 import bridge
 from rti_jax.envs.tau2.bridge import STOP
 from rti_jax.envs.tau2.tasks import Tau2Task

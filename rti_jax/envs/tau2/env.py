@@ -281,9 +281,12 @@ class Tau2Env(ConversationEnv):
     msg = bridge.tau2_modules()["message"]
     self._task = task
     # Parsing a fresh copy of the database is most of an episode's cost; one that nothing wrote to
-    # is still the initial database (tau2's read, think and generic tools do not change it)
-    if not (self._untouched and self.domain != bridge.TELECOM):
+    # is still the initial database (tau2's read, think and generic tools do not change it), and a
+    # Retail or Airline one that was written to is put back record by record
+    if self.domain == bridge.TELECOM or self._env is None:
       self._env = bridge.new_environment(self.domain)
+    elif not self._untouched:
+      self._env = bridge.restore_environment(self.domain, self._env)
     self._untouched = True
     self._ids = bridge.episode_ids(self.domain)
     init = task.task.initial_state
