@@ -310,6 +310,7 @@ def _run_pair(policy: str, run_dir: pathlib.Path, kill: str, victim: int, at: in
       died = time.monotonic()  # both ended within one poll (a lost coordinator ends the others at once)
     if died is not None:
       survived = time.monotonic() - died
+    print('LAUNCH', kill, 'survived', survived, 'at', time.monotonic(), flush=True)
   finally:
     for p in procs:
       if p.poll() is None:

@@ -8,11 +8,13 @@ Everything that touches the ``tau2`` package goes through here and imports it la
   domain's database, its policy text), built from a database parsed once per process.
 * ``base_tasks(domain)`` / ``split_ids(domain)``: tau2's own tasks and its train / test split.
 * ``gold_replay(domain, task)``: the task's gold calls replayed on a fresh database: which of them
-  fail on purpose (an error response: not a required step) and the database hash they leave.
+  fail on purpose (an error response: not a required step); ``gold_db`` / ``gold_hash``: the
+  database they leave and its hash.
 * ``tau2_reward(...)``: tau2's ``evaluate_simulation`` on a ``SimulationRun`` of tau2 messages.
 * ``fast_reward(...)``: the same number without replaying the trajectory: the live database against
-  the gold one (compared as objects first, then by tau2's hash; the gold hash cached per task), times tau2's own communicate (and, where a task lists
-  them, action and env-assertion) checks. It equals ``tau2_reward`` on every episode the tests and
+  the gold one (compared as objects first, then as JSON, and by tau2's hash only where those two
+  disagree), times tau2's own communicate (and, where a task lists them, action and env-assertion)
+  checks. It equals ``tau2_reward`` on every episode the tests and
   ``python -m rti_jax.envs.tau2 check-reward`` compare.
 
 Telecom: ``Tau2Env`` also runs tau2's Telecom domain (``ENV_DOMAINS``; ``DOMAINS``, the domains with
@@ -273,37 +275,60 @@ class GoldReplay:
 
   failing: indices of the gold calls whose response is an error (they fail on purpose and change
     nothing: not required steps).
-  db_hash: the database hash the gold calls leave (what tau2's evaluator compares against).
   outputs: each gold call's response text.
+
+  The database they leave is ``gold_db``, its hash (what tau2's evaluator compares) ``gold_hash``.
   """
 
   failing: tuple[int, ...]
-  db_hash: str
   outputs: tuple[str, ...]
 
 
 _GOLD: dict[tuple[str, str], GoldReplay] = {}
+#: tau2's hash of each task's gold database, and whether that database is the initial one (computed
+#: when first needed: the hash costs as much as the replay)
+_GOLD_HASH: dict[tuple[str, str], str] = {}
+_GOLD_IS_INITIAL: dict[tuple[str, str], bool] = {}
 #: the gold databases of the most recently scored tasks (a whole database each: kept few)
 GOLD_DB_CACHE = 8
 _GOLD_DB: collections.OrderedDict[tuple[str, str], Any] = collections.OrderedDict()
 
 
-#: gold databases dropped from the cache that nothing else holds, per domain: the next gold replays
-#: start on them, put back by ``restore_db`` (a few, a whole database each)
+#: Retail and Airline databases nothing holds any more (gold databases dropped from the cache, those of
+#: the evaluator's environments), per domain: the next gold replays and evaluator environments start
+#: on them, put back by ``restore_db`` (a few, a whole database each; the evaluator builds two)
 _SPARE: dict[str, list[Any]] = collections.defaultdict(list)
-SPARE_DBS = 2
+SPARE_DBS = 4
+
+
+def _fresh_db(domain: str) -> Any:
+  """A Retail or Airline database with the initial contents: a spare one put back (``restore_db``), else
+  a new parse."""
+  with _LOCK:
+    spare = _SPARE[domain].pop() if _SPARE.get(domain) else None
+  if spare is None:
+    cls, dump = _pristine(domain)
+    return cls.model_validate(dump)
+  restore_db(domain, spare)
+  return spare
+
+
+def _give_back(domain: str, db: Any) -> None:
+  """Keeps ``db`` as a spare when nothing but the caller holds it. Called with a database the caller
+  holds by one local name (no other reference of its own): that name, this parameter and
+  getrefcount's argument are then the only references, and nobody else can reach it any more."""
+  with _LOCK:
+    if domain in DOMAINS and len(_SPARE[domain]) < SPARE_DBS and sys.getrefcount(db) <= 3:
+      _SPARE[domain].append(db)
 
 
 def _replay(domain: str, task: Any) -> tuple[Any, list[int], list[str]]:
   """A fresh environment with ``task``'s initial state and gold calls applied; (env, failing, outputs)."""
   msg = tau2_modules()["message"]
-  with _LOCK:
-    spare = _SPARE[domain].pop() if _SPARE.get(domain) else None
-  if spare is None:
-    env = new_environment(domain)
+  if domain in DOMAINS:
+    env = domain_module(domain).get_environment(db=_fresh_db(domain))
   else:
-    restore_db(domain, spare)
-    env = domain_module(domain).get_environment(db=spare)
+    env = new_environment(domain)
   ids = episode_ids(domain)
   init = task.initial_state
   if init is not None:
@@ -327,13 +352,11 @@ def _keep_gold_db(key: tuple[str, str], db: Any) -> None:
   with _LOCK:
     _GOLD_DB[key] = db
     _GOLD_DB.move_to_end(key)
-    while len(_GOLD_DB) > GOLD_DB_CACHE:
-      (dom, _), old = _GOLD_DB.popitem(last=False)
-      # reused only when no caller still holds it (this frame's name and getrefcount's argument are
-      # the only references): nobody can reach it any more, it left the cache under this lock
-      if dom in DOMAINS and len(_SPARE[dom]) < SPARE_DBS and sys.getrefcount(old) <= 2:
-        _SPARE[dom].append(old)
-      del old
+    dropped = [_GOLD_DB.popitem(last=False) for _ in range(len(_GOLD_DB) - GOLD_DB_CACHE)]
+  while dropped:
+    (dom, _), old = dropped.pop()
+    _give_back(dom, old)
+    del old
 
 
 def gold_replay(domain: str, task: Any) -> GoldReplay:
@@ -343,7 +366,7 @@ def gold_replay(domain: str, task: Any) -> GoldReplay:
   if hit is not None:
     return hit
   env, failing, outputs = _replay(domain, task)
-  out = GoldReplay(failing=tuple(failing), db_hash=env.get_db_hash(), outputs=tuple(outputs))
+  out = GoldReplay(failing=tuple(failing), outputs=tuple(outputs))
   with _LOCK:
     _GOLD[key] = out
   _keep_gold_db(key, env.tools.db)
@@ -361,11 +384,47 @@ def gold_db(domain: str, task: Any) -> Any:
   return db
 
 
+def gold_hash(domain: str, task: Any) -> str:
+  """tau2's hash of the database ``task``'s gold calls leave (its ``Toolkit.get_db_hash``; cached)."""
+  key = (domain, str(task.id))
+  hit = _GOLD_HASH.get(key)
+  if hit is None:
+    with quiet_serializer():
+      hit = tau2_modules()["utils"].get_dict_hash(gold_db(domain, task).model_dump())
+    with _LOCK:
+      _GOLD_HASH[key] = hit
+  return hit
+
+
+def _same_database(live: Any, live_hash: Any, gold: Any, gold_hash_of: Any) -> bool:
+  """Whether database ``live`` hashes as ``gold`` does by tau2's hash, mostly without hashing.
+
+  Unequal objects dump unequally (arguments come from JSON), so only equal objects need more; equal
+  objects whose JSON dumps are equal also hash equally (the dump keeps 1, 1.0 and true apart), at a
+  fifth of the hash's cost; only equal objects with unequal dumps (keys in another order, an int
+  for a float) need tau2's hashes, ``live_hash()`` and ``gold_hash_of()``."""
+  with quiet_serializer():
+    return live == gold and (live.model_dump_json() == gold.model_dump_json() or live_hash() == gold_hash_of())
+
+
+def gold_is_initial(domain: str, task: Any) -> bool:
+  """Whether ``task``'s gold calls leave the initial database, by tau2's hash (cached)."""
+  key = (domain, str(task.id))
+  hit = _GOLD_IS_INITIAL.get(key)
+  if hit is None:
+    initial = _reference_db(domain) if domain in DOMAINS else new_environment(domain).tools.db
+    hit = _same_database(initial, lambda: initial_db_hash(domain), gold_db(domain, task), lambda: gold_hash(domain, task))
+    with _LOCK:
+      _GOLD_IS_INITIAL[key] = hit
+  return hit
+
+
 def forget_gold(domain: str, task_id: str) -> None:
   """Drops a cached gold replay (a generated task whose id was reused)."""
+  key = (domain, str(task_id))
   with _LOCK:
-    _GOLD.pop((domain, str(task_id)), None)
-    _GOLD_DB.pop((domain, str(task_id)), None)
+    for cache in (_GOLD, _GOLD_DB, _GOLD_HASH, _GOLD_IS_INITIAL):
+      cache.pop(key, None)
 
 
 # ----------------------------------------------------------------------------- rewards
@@ -414,22 +473,35 @@ _REGISTRY_LOCK = threading.RLock()
 def parsed_database(domain: str) -> Iterator[None]:
   """While inside, tau2's registry builds Retail's or Airline's environments over a copy of the
   database parsed once per process (``new_environment``) instead of reading the domain's JSON file
-  again. tau2's evaluator builds four environments per scored episode, and that file read was most
-  of an episode's scoring time; the database, tools and policy text are the same. Nothing for
-  Telecom, whose environments carry the pins of the module docstring."""
+  again. tau2's evaluator builds two environments per scored episode, and that file read was most
+  of an episode's scoring time; the database, tools and policy text are the same. The copies are
+  spare databases put back (``restore_db``) where there are any, and on the way out the databases
+  of environments nobody holds any more become spares: an environment built inside is not to be
+  used after it. Nothing for Telecom, whose environments carry the pins of the module docstring."""
   if domain not in DOMAINS:
     yield
     return
   from tau2.registry import registry
 
-  build, (cls, dump) = domain_module(domain).get_environment, _pristine(domain)
+  build = domain_module(domain).get_environment
+  handed: list[Any] = []
+
+  def constructor(solo_mode: bool = False) -> Any:
+    handed.append(_fresh_db(domain))
+    return build(db=handed[-1], solo_mode=solo_mode)
+
   with _REGISTRY_LOCK:
     saved = registry.get_env_constructor(domain)
-    registry._domains[domain] = lambda solo_mode=False: build(db=cls.model_validate(dump), solo_mode=solo_mode)
+    registry._domains[domain] = constructor
     try:
       yield
     finally:
       registry._domains[domain] = saved
+  # the evaluator's environments are gone once it returned: their databases serve the next ones
+  while handed:
+    db = handed.pop()
+    _give_back(domain, db)
+    del db
 
 
 def tau2_reward(domain: str, task: Any, messages: list[Any], termination: str) -> Tau2Reward:
@@ -463,10 +535,11 @@ def fast_reward(domain: str, task: Any, env: Any, messages: list[Any], terminati
   """What ``tau2_reward`` gives, read off the live environment ``env`` instead of a replay.
 
   untouched: the caller knows ``env`` holds the initial database (no initial state, nothing written);
-    its hash is then ``initial_db_hash`` and the gold database is not needed.
+    the answer is then the task's own, ``gold_is_initial``, computed once.
 
   Follows tau2's evaluator step by step: 0 unless the episode ended by a stop; 1 without criteria;
-  the DB basis compares database hashes (the gold one from ``gold_replay``); ENV_ASSERTION runs the
+  the DB basis compares the live database with ``gold_db`` as tau2's hash would (``_same_database``,
+  hashing only equal objects whose dumps differ); ENV_ASSERTION runs the
   task's assertions on ``env``; COMMUNICATE and ACTION call tau2's own checks on ``messages``.
   NL assertions need an LLM judge: those tasks go to ``tau2_reward`` (which refuses them too).
   """
@@ -488,19 +561,10 @@ def fast_reward(domain: str, task: Any, env: Any, messages: list[Any], terminati
     if criteria.actions is None and criteria.env_assertions is None:
       db_reward, db_match = 1.0, True
     else:
-      gold_hash = gold_replay(domain, task).db_hash
       if untouched:
-        db_match = initial_db_hash(domain) == gold_hash
+        db_match = gold_is_initial(domain, task)
       else:
-        # Unequal objects dump unequally (arguments come from JSON), so only an equal database needs
-        # tau2's hash, which tells an int from a float as the object comparison does not. Equal
-        # objects whose JSON dumps are equal also hash equally (the dump keeps 1, 1.0 and true
-        # apart), at a fifth of the hash's cost; only equal objects with unequal dumps (keys in
-        # another order, an int for a float) need tau2's hash itself.
-        gold = gold_db(domain, task)
-        with quiet_serializer():
-          db_match = env.tools.db == gold and (env.tools.db.model_dump_json() == gold.model_dump_json()
-                                               or env.get_db_hash() == gold_hash)
+        db_match = _same_database(env.tools.db, env.get_db_hash, gold_db(domain, task), lambda: gold_hash(domain, task))
       db_reward = 1.0 if db_match else 0.0
     assertion_reward = 1.0
     for assertion in criteria.env_assertions or []:
