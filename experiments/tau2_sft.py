@@ -96,8 +96,8 @@ def build_data(domain: str, cfg: Tau2SFTConfig, log: Any, tok: Any = None) -> di
   episodes = cached_episodes(domain, sft_tasks, env)
   log(f"played {len(episodes)} tasks' gold and mistaken episodes in {time.time() - t0:.0f}s")
   if tok is None:
-    tok = build_tokenizer(td.corpus_texts(episodes, env, data.correction), cfg.tokenizer.vocab,
-                          pattern=TELECOM_PATTERN)
+    pattern = td.DIGIT_PATTERN if cfg.tokenizer.pattern == "digits" else TELECOM_PATTERN
+    tok = build_tokenizer(td.corpus_texts(episodes, env, data.correction), cfg.tokenizer.vocab, pattern=pattern)
   fmt = ChatFormatter(tok)
   mix = td.Tau2Mix(resolve_share=data.resolve_share, continue_share=data.continue_share,
                    complete_share=data.complete_share, correction_share=data.correction_share, seed=cfg.seed,

@@ -168,8 +168,35 @@ def test_mix_and_config_errors_name_the_field():
     build_config.load_tau2(None, ["eval.max_turns=0"])
   with pytest.raises(ConfigError, match="data.nope"):
     build_config.load_tau2(None, ["data.nope=1"])
+  with pytest.raises(ConfigError, match="tokenizer.pattern"):
+    build_config.load_tau2(None, ["tokenizer.pattern=bytes"])
   cfg = build_config.load_tau2(None, ["train.epochs=1.5"], quick=True)
   assert cfg.train.epochs == 1.5 and cfg.model.hidden == 32 and cfg.data.holdout == 40
+  assert cfg.tokenizer.pattern == "words" and build_config.load_tau2(None, ["tokenizer.pattern=digits"]).tokenizer.pattern == "digits"
+
+
+def test_the_digits_pattern_gives_every_digit_of_an_id_its_own_token(episodes):
+  """``tokenizer.pattern=digits``: a tokenizer trained on the episodes' texts has one token per
+  digit of every order, user and item id (none merged across digits, whatever BPE learned), and
+  decodes every text back exactly; under the default pattern the same ids are fewer, longer pieces."""
+  import re
+
+  from rti_jax.policy.telecom_sft_data import TELECOM_PATTERN
+  from rti_jax.policy.tokenizer import build_tokenizer
+
+  env, played = episodes["retail"]
+  texts = td.corpus_texts(played, env, "feedback")
+  digits = build_tokenizer(texts, 4096, pattern=td.DIGIT_PATTERN)
+  words = build_tokenizer(texts, 4096, pattern=TELECOM_PATTERN)
+  ids = sorted({m for t in texts for m in re.findall(r"#W[0-9]{7}|[a-z]+_[a-z]+_[0-9]{4}|[0-9]{10}", t)})
+  assert len(ids) > 20
+  for text in texts[:50] + ids:
+    assert digits.decode(digits.encode(text, add_special_tokens=False)) == text
+  pieces = {i: [digits.decode([t]) for t in digits.encode(" " + i, add_special_tokens=False)] for i in ids}
+  for i, p in pieces.items():
+    numerals = [q.strip() for q in p if any(c.isdigit() for c in q)]
+    assert numerals == [c for c in i if c.isdigit()], (i, p)
+  assert sum(len(words.encode(" " + i, add_special_tokens=False)) for i in ids) < sum(map(len, pieces.values()))
 
 
 # ----------------------------------------------------------------------------- the reward audit

@@ -250,12 +250,21 @@ class Tau2EvalConfig:
 
 
 @dataclasses.dataclass
+class Tau2TokenizerConfig:
+  vocab: int = 4096  # at most; BPE stops when no pair repeats
+  # the pre-tokenizer: "words" (telecom_sft_data.TELECOM_PATTERN: an id such as W2378156 is one
+  # pre-token, so several BPE pieces of varying length) | "digits" (tau2_sft_data.DIGIT_PATTERN:
+  # letters, digits one at a time, so an id is copied one digit at a time)
+  pattern: str = "words"
+
+
+@dataclasses.dataclass
 class Tau2SFTConfig:
   """A build of a tiny tau2-Retail or tau2-Airline policy (``experiments/tau2_sft.py``)."""
 
   seed: int = 0
   init: Optional[str] = None  # continue this policy dir (its tokenizer and weights; model.* unused)
-  tokenizer: TelecomTokenizerConfig = dataclasses.field(default_factory=TelecomTokenizerConfig)
+  tokenizer: Tau2TokenizerConfig = dataclasses.field(default_factory=Tau2TokenizerConfig)
   model: TinyQwenConfig = dataclasses.field(default_factory=TinyQwenConfig)
   data: Tau2DataConfig = dataclasses.field(default_factory=Tau2DataConfig)
   copy_stage: Tau2CopyStageConfig = dataclasses.field(default_factory=Tau2CopyStageConfig)
@@ -345,6 +354,7 @@ def validate_tau2(cfg: Tau2SFTConfig) -> Tau2SFTConfig:
   """Checks choices and ranges; raises ``ConfigError`` naming the key."""
   _check_finite(cfg)
   _check(cfg.tokenizer.vocab >= 512, "tokenizer.vocab", "an integer >= 512", cfg.tokenizer.vocab)
+  _check(cfg.tokenizer.pattern in ("words", "digits"), "tokenizer.pattern", "words or digits", cfg.tokenizer.pattern)
   _check_model(cfg.model)
   for key in ("resolve_share", "continue_share", "complete_share", "correction_share", "mix_share"):
     _check(0 <= getattr(cfg.data, key) <= 1, f"data.{key}", "a share in [0, 1]", getattr(cfg.data, key))

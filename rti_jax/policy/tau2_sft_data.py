@@ -50,6 +50,12 @@ from rti_jax.rollout import ChatFormatter
 
 Message = dict[str, Any]
 SYSTEM_REPEATS = 4
+#: The ``digits`` pre-tokenizer of the tau2 builds (``tokenizer.pattern=digits``): runs of letters
+#: (with a leading space), every digit alone, underscores alone, other symbols in runs, whitespace.
+#: tau2's ids then have one token per character class step: ``#W2378156`` is ``#``, ``W`` and seven
+#: digits, ``mia_garcia_4516`` is ``mia _ garcia _ 4 5 1 6``, and every id is copied one digit at a
+#: time, against ``TELECOM_PATTERN``'s BPE pieces of varying length (``W 23 78 156``).
+DIGIT_PATTERN = r" ?[A-Za-z]+| ?[0-9]|_| ?[^\sA-Za-z0-9_]+|\s+"
 CONFIRM_PREFIX = "To confirm, I will"
 TRANSFER_SUMMARY = "The customer needs help with a change I could not complete."
 TRANSFER = "transfer_to_human_agents"
