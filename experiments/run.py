@@ -56,6 +56,8 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
                                 "diagnostic: what applied corrections do on Navigation's hidden-city tasks"),
     "name_drill": ("experiments.diagnostics.name_drill",
                    "diagnostic: can a fresh tiny model learn to read stop names out of a request"),
+    "copy_errors": ("experiments.diagnostics.copy_errors",
+                    "diagnostic: where a tiny tau2 policy's copies go wrong (teacher-forced, held-out drills)"),
 }
 
 

@@ -296,3 +296,27 @@ def test_a_compare_run_checks_its_episodes_against_taus_evaluator(quick_build, t
     assert (run[method]["reward_audit/checked"], run[method]["reward_audit/mismatched"]) == (4, 0)
   cols = results["table"]["columns"]
   assert cols[-1] == "reward checks (off)" and all(r[-1].endswith("(0)") for r in results["table"]["rows"][1:])
+
+
+def test_copy_errors_puts_each_trained_token_in_its_value_tool_or_format_class():
+  """``experiments/diagnostics/copy_errors.classify``: a call's tokens fall in the class of the
+  argument value, tool name or JSON they carry, numbered within each value."""
+  from experiments.diagnostics.copy_errors import classify
+  from rti_jax.envs.tau2.agents import tool_call_text
+  from rti_jax.policy.tokenizer import build_tokenizer
+
+  turn = tool_call_text("get_order_details", {"order_id": "#W2378156"})
+  tok = build_tokenizer([turn] * 20 + ["a few other words"] * 5, 512, pattern=td.DIGIT_PATTERN)
+  ids = tok.encode("Hello " + turn, add_special_tokens=False)
+  start = len(tok.encode("Hello ", add_special_tokens=False))
+  assert tok.decode(ids[start:]) == turn
+  call = td._turn_call(turn)
+  classes = classify(tok, ids, start, call, td._copied_values(call))
+  pieces = [tok.decode([i]) for i in ids[start:]]
+  assert len(classes) == len(pieces)
+  value = [(p, k) for p, (c, k) in zip(pieces, classes) if c == "value:order_id"]
+  assert "".join(p for p, _ in value).strip(' "') == "#W2378156" and [k for _, k in value] == list(range(len(value)))
+  assert len(value) >= 8  # "#", "W" and seven digits: a digit is never merged with another
+  assert "".join(p for p, (c, _) in zip(pieces, classes) if c == "tool name").strip(' "') == "get_order_details"
+  assert all(k == -1 for c, k in classes if not c.startswith("value:"))
+  assert "".join(p for p, (c, _) in zip(pieces, classes) if c == "other").startswith("<tool_call>")
