@@ -327,6 +327,25 @@ def test_stats_command_prints_tasks_and_gold_pass(capsys):
   assert [r[0] for r in rows] == ["train", "test"] and all(float(r[2]) == 1.0 for r in rows)
 
 
+def test_the_registry_stats_score_the_gold_replays_by_taus_evaluator(monkeypatch):
+  """``python -m rti_jax.envs stats --env retail`` builds its tasks with ``env.retail.reward=tau2``
+  (the registration's ``stats_overrides``); an override on the command line still wins."""
+  from rti_jax.envs import __main__ as envs_main
+
+  seen = []
+
+  def source(cfg):
+    seen.append(registry.options_of(cfg).reward)
+    raise ValueError("no tasks needed")
+
+  monkeypatch.setattr(registry, "task_source", source)
+  for overrides in ([], ["env.airline.reward=fast"]):
+    with pytest.raises(ValueError, match="no tasks needed"):
+      envs_main.compute_stats("airline", overrides)
+  assert seen == ["tau2", "fast"]
+  assert registry.get("retail").stats_overrides == ("env.retail.reward=tau2",)
+
+
 # --------------------------------------------------------------------------- every task (slow)
 
 

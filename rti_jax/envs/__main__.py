@@ -37,7 +37,7 @@ def split_stats(source: Any, gold_agent: Any, tasks: Sequence[Any]) -> dict[str,
 def compute_stats(name: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
   spec = registry.get(name)
   config = name if (CONFIG_DIR / f"{name}.yaml").exists() else None
-  cfg = load_config(config, [f"env.name={name}", "policy.path=unused", *overrides])
+  cfg = load_config(config, [f"env.name={name}", "policy.path=unused", *spec.stats_overrides, *overrides])
   source = registry.task_source(cfg)
   return {"env": name, "splits": {split: split_stats(source, spec.gold_agent, getattr(source, split))
                                   for split in ("train", "test")}}

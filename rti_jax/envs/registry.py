@@ -48,6 +48,8 @@ class EnvSpec:
   sft_data: ``(options, tasks, **kwargs) -> examples``, scripted SFT trajectories for a tiny policy.
   gold_agent: ``task -> agent`` (``act(messages) -> str``) that solves the task as its reference
     solution does: ``python -m rti_jax.envs stats`` replays it on every split.
+  stats_overrides: config overrides that ``python -m rti_jax.envs stats`` applies before the
+    command line's (how the reference replay is scored, e.g. by the benchmark's own evaluator).
   user_side: who plays the user, for listings ("none", "scripted", "scripted or LLM", ...).
   description: one line for listings.
   """
@@ -60,6 +62,7 @@ class EnvSpec:
   demonstrator: Callable[[bool], Callable[[Any], Any]] | None = None
   sft_data: Callable[..., Any] | None = None
   gold_agent: Callable[[Any], Any] | None = None
+  stats_overrides: tuple[str, ...] = ()
   user_side: str = "none"
   description: str = ""
 

@@ -117,6 +117,7 @@ def _register(domain: str, options: type) -> EnvSpec:
       prompts=ServiceAgentPrompts(f"tau2_domain_{domain}"),
       demonstrator=_demonstrator,
       gold_agent=_gold_agent,
+      stats_overrides=(f"env.{domain}.reward=tau2",),  # the stats score every gold replay by tau2's evaluator
       user_side="scripted or LLM",
       description=f"tau2-bench {domain.capitalize()}, run by tau2's own tools and evaluator",
   ))
