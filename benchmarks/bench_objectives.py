@@ -11,7 +11,6 @@ per size with the median time and tokens/s, plus the machine. Usage:
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 

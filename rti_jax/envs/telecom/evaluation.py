@@ -16,7 +16,6 @@ rewards against tau2-bench's own evaluator.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Callable
 
 from rti_jax.envs.telecom import device_tools as dt
