@@ -174,10 +174,11 @@ def restore_environment(domain: str, env: Any) -> Any:
 
 def new_environment(domain: str) -> Any:
   """A fresh tau2 environment of ``domain`` over its own copy of the initial database (and, for
-  Telecom, of the phone's, with its own fresh VPN record: see the module docstring)."""
-  cls, dump = _pristine(domain)
+  Telecom, of the phone's, with its own fresh VPN record: see the module docstring). Retail and
+  Airline start on a spare database put back when there is one (``_fresh_db``)."""
   if domain != TELECOM:
-    return domain_module(domain).get_environment(db=cls.model_validate(dump))
+    return domain_module(domain).get_environment(db=_fresh_db(domain))
+  cls, dump = _pristine(domain)
   user_cls, user_dump = _pristine_user(domain)
   env = domain_module(domain).get_environment(db=cls.model_validate(dump), user_db=user_cls.model_validate(user_dump))
   phone = env.user_tools
@@ -325,10 +326,7 @@ def _give_back(domain: str, db: Any) -> None:
 def _replay(domain: str, task: Any) -> tuple[Any, list[int], list[str]]:
   """A fresh environment with ``task``'s initial state and gold calls applied; (env, failing, outputs)."""
   msg = tau2_modules()["message"]
-  if domain in DOMAINS:
-    env = domain_module(domain).get_environment(db=_fresh_db(domain))
-  else:
-    env = new_environment(domain)
+  env = new_environment(domain)
   ids = episode_ids(domain)
   init = task.initial_state
   if init is not None:
