@@ -38,14 +38,16 @@ def classify(tok: Any, ids: Sequence[int], start: int, call: tuple[str, Any] | N
     while at >= 0:
       label[at:at + len(value)] = [f"value:{key}"] * len(value)
       at = text.find(value, at + len(value))
-  out, pos, seen = [], 0, collections.Counter()
+  out: list[tuple[str, int]] = []
+  pos = 0
   for piece in pieces:
     span = [c for c in label[pos:pos + len(piece)] if c != "other"] or ["other"]
     cls = collections.Counter(span).most_common(1)[0][0]
-    # the k-th token of a run of one value's tokens
-    k = seen[cls] if cls.startswith("value:") and out and out[-1][0] == cls else 0
-    seen[cls] = k + 1
-    out.append((cls, k if cls.startswith("value:") else -1))
+    if not cls.startswith("value:"):
+      k = -1
+    else:  # the k-th token of a run of one value's tokens
+      k = out[-1][1] + 1 if out and out[-1][0] == cls else 0
+    out.append((cls, k))
     pos += len(piece)
   return out
 
