@@ -75,7 +75,6 @@ jax.config.update("jax_cpu_enable_async_dispatch", False)
 
 from rti_jax import distributed, reporting  # noqa: E402
 from rti_jax import rollout as rollout_mod  # noqa: E402
-from rti_jax import trainer as trainer_mod  # noqa: E402
 from rti_jax.config import load_config  # noqa: E402
 from rti_jax.envs.source import TaskSource  # noqa: E402
 from rti_jax.trainer import TIMING_KEYS, Trainer  # noqa: E402
@@ -110,7 +109,7 @@ def rollout(*args, **kwargs):
 
 
 # the sliced rollouts of a multi-process run import rollout_groups from rti_jax.rollout when they run
-trainer_mod.Trainer.iterate, trainer_mod.Trainer.update, rollout_mod.rollout_groups = iterate, update, rollout
+Trainer.iterate, Trainer.update, rollout_mod.rollout_groups = iterate, update, rollout
 
 
 def source() -> TaskSource:
