@@ -16,7 +16,10 @@ profile, no example database), so a run's outcome depends on the code alone;
 Compiled programs are also kept between runs, in pytest's cache directory
 (``.pytest_cache/d/jax_compilation_cache``, trimmed to 1 GiB at the end of a run): a second run of the same tests loads
 them instead of compiling again. ``pytest --cache-clear`` empties it, ``-p no:cacheprovider`` runs
-without it, and ``JAX_COMPILATION_CACHE_DIR`` in the environment puts it elsewhere.
+without it, and ``JAX_COMPILATION_CACHE_DIR`` in the environment puts it elsewhere. The tau2 episodes the SFT builds
+play (``experiments/tau2_sft.py``) are kept beside them (``.pytest_cache/d/tau2_episodes``), or,
+without pytest's cache, in a temporary directory removed at the end of the run: the tests never
+read or write the user's own caches (``RTI_JAX_EPISODE_CACHE`` in the environment chooses).
 
 Python keeps the bytecode of the project's modules and of the assertion-rewritten test modules in
 ``__pycache__`` directories (ignored by git) during a test run even when
@@ -28,7 +31,9 @@ worker's collection (docs/benchmarks.md). ``RTI_JAX_TEST_BYTECODE=0`` keeps Pyth
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 
 if os.environ.get("RTI_JAX_TEST_BYTECODE", "1") != "0":
   sys.dont_write_bytecode = False
@@ -101,6 +106,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_configure(config: pytest.Config) -> None:
   cache = getattr(config, "cache", None)  # None with -p no:cacheprovider
+  # Set before the xdist workers start (they inherit it), so that the run shares one directory.
+  if not os.environ.get("RTI_JAX_EPISODE_CACHE"):
+    where = str(cache.mkdir("tau2_episodes")) if cache is not None else tempfile.mkdtemp(prefix="rti_jax_episodes_")
+    os.environ["RTI_JAX_EPISODE_CACHE"] = where
+    config.stash[_EPISODES_TMP] = where if cache is None else None
   if cache is None or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     return
   jax.config.update("jax_compilation_cache_dir", str(cache.mkdir("jax_compilation_cache")))
@@ -114,6 +124,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
   """The compiled-program cache back to at most ``_CACHE_BYTES``, the entries least recently
   written or read going first (once, in the process that started the run)."""
+  episodes_tmp = session.config.stash.get(_EPISODES_TMP, None)
+  if episodes_tmp and not hasattr(session.config, "workerinput"):
+    shutil.rmtree(episodes_tmp, ignore_errors=True)
   cache = getattr(session.config, "cache", None)
   if cache is None or hasattr(session.config, "workerinput") or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     return
@@ -121,6 +134,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 _CACHE_BYTES = 1 << 30
+#: the temporary episode directory this run made (removed at its end), None when it is pytest's cache
+_EPISODES_TMP = pytest.StashKey[str | None]()
 
 
 def trim_compilation_cache(path, max_bytes: int) -> int:
