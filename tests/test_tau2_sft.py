@@ -157,6 +157,40 @@ def test_copy_drills_swap_every_copied_value_and_train_one_turn(episodes, format
   assert swapped >= 10  # most drills carry values of another task
 
 
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_short_copy_drills_keep_the_last_messages_that_show_every_copied_value(episodes, formatter, domain):
+  """copy_stage.context: the same drills (same turns, same swaps) on a suffix of the conversation
+  that still shows every value the turn copies and starts at a user turn, none later would do
+  (context 0); context 1 keeps at least as much."""
+  _, eps = episodes[domain]
+  tok = formatter.tokenizer
+  full = td.copy_drills(eps, formatter, 40, seed=3)
+  short, longer = (td.copy_drills(eps, formatter, 40, seed=3, context=k) for k in (0, 1))
+  start = tok.convert_tokens_to_ids("<|im_start|>")
+  shorter = 0
+  for f, s0, s1 in zip(full, short, longer):
+    assert (f.task_id, f.kind) == (s0.task_id, s0.kind) == (s1.task_id, s1.kind)
+    for s in (s0, s1):  # a token suffix: the same messages, the same trained turn
+      assert list(f.token_ids[len(f.token_ids) - len(s.token_ids):]) == list(s.token_ids) and s.token_ids[0] == start
+      assert list(f.loss_mask[len(f.loss_mask) - len(s.loss_mask):]) == list(s.loss_mask)
+    first = s0.loss_mask.index(True)
+    turn, context = tok.decode(list(s0.token_ids[first:])), tok.decode(list(s0.token_ids[:first]))
+    call = td._turn_call(turn.replace("<|im_end|>", ""))
+    if call is None or len(s0.token_ids) == len(f.token_ids):
+      continue
+    values = [v for _, v in td._copied_values(call)]
+    assert all(v in context for v in values), (turn, context)
+    messages = context.split("<|im_start|>")[1:]  # the kept messages before the turn
+    is_user = [m.startswith("user\n") and not m.startswith("user\n<tool_response>") for m in messages]
+    assert is_user[0]
+    later = [k for k in range(1, len(messages)) if is_user[k]]
+    if later:  # a shorter conversation starting at a user turn would lose a value
+      assert not all(v in "".join(messages[later[0]:]) for v in values), (values, messages)
+    assert len(s1.token_ids) >= len(s0.token_ids)
+    shorter += 1
+  assert shorter >= 20 and sum(len(s.token_ids) for s in short) < sum(len(f.token_ids) for f in full)
+
+
 def test_mix_and_config_errors_name_the_field():
   with pytest.raises(ValueError, match="continue_share"):
     td.Tau2Mix(continue_share=1.5)

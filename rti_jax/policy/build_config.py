@@ -231,6 +231,9 @@ class Tau2CopyStageConfig:
   target: float = 0.9
   check_every: int = 250
   check_examples: int = 200
+  # the drills' conversation (training and check): -1 the whole prefix; k >= 0 the last messages
+  # that show every copied value and k more before them (tau2_sft_data.copy_drills)
+  context: int = -1
 
 
 @dataclasses.dataclass
@@ -372,6 +375,8 @@ def validate_tau2(cfg: Tau2SFTConfig) -> Tau2SFTConfig:
   _check(c.tokens_per_batch >= 256, "copy_stage.tokens_per_batch", "an integer >= 256", c.tokens_per_batch)
   _check(c.lr > 0, "copy_stage.lr", "> 0", c.lr)
   _check(c.check_every >= 1, "copy_stage.check_every", "an integer >= 1", c.check_every)
+  _check(isinstance(c.context, int) and c.context >= -1, "copy_stage.context", "an integer >= -1 (-1: the whole prefix)",
+         c.context)
   _check(c.steps == 0 or cfg.init is None, "copy_stage.steps", "0 when continuing a policy (init)", c.steps)
   _check(cfg.train.lr > 0, "train.lr", "> 0", cfg.train.lr)
   _check(cfg.train.epochs > 0, "train.epochs", "> 0", cfg.train.epochs)

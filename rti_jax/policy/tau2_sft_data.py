@@ -255,13 +255,35 @@ def _turn_call(text: str) -> tuple[str, Any] | None:
   return (turn.tool_calls[0].name, turn.tool_calls[0].arguments) if len(turn.tool_calls) == 1 else None
 
 
-def copy_drills(episodes: Sequence[Episodes], formatter: ChatFormatter, n: int, seed: int = 0) -> list[SFTExample]:
+def _last_messages_showing(messages: list[dict[str, Any]], values: Sequence[str], context: int) -> list[dict[str, Any]]:
+  """The system turn, then the messages from the latest that shows the value seen least recently,
+  ``context`` messages earlier, back to the user turn that opens that exchange (a conversation
+  starts with the user); all of them when a value is not shown."""
+  start = len(messages) - 1
+  for v in values:
+    seen = [k for k in range(1, len(messages) - 1) if v in str(messages[k]["content"])]
+    if not seen:
+      return messages
+    start = min(start, seen[-1])
+  start = max(1, start - context)
+  while start > 1 and messages[start]["role"] != "user":
+    start -= 1
+  return messages[:1] + messages[start:]
+
+
+def copy_drills(episodes: Sequence[Episodes], formatter: ChatFormatter, n: int, seed: int = 0,
+                context: int = -1) -> list[SFTExample]:
   """``n`` short examples (no system turn, kind ``name_swap``) that train one gold turn which copies
   values from the conversation: a call, or the confirmation that lists the next write's details.
   Each takes a gold episode's prefix up to that turn and swaps every value the turn copies
   (names, zip codes, emails and every id, address and date) for another value of the same key seen in
   the training episodes, everywhere in the prefix at once, so the turn can only be right by reading
-  the conversation; only that turn is trained. Deterministic for ``seed``."""
+  the conversation; only that turn is trained. Deterministic for ``seed``.
+
+  ``context`` >= 0 shortens the prefix: it keeps the last messages that together show every value
+  the turn copies (from the latest message that shows the value seen least recently), ``context``
+  messages before them, and those back to the user turn they follow; -1 keeps the whole
+  conversation. A value no earlier message shows keeps the whole conversation too."""
   import re
 
   from rti_jax.policy.sft_example import without_system_turn
@@ -299,6 +321,8 @@ def copy_drills(episodes: Sequence[Episodes], formatter: ChatFormatter, n: int, 
     pattern = re.compile("|".join(re.escape(v) for v in sorted(swap, key=len, reverse=True))) if swap else None
     messages = [dict(m, content=pattern.sub(lambda mt: swap[mt.group(0)], str(m["content"])) if pattern and k > 0
                      else m["content"]) for k, m in enumerate(ep.good[:i + 1])]
+    if context >= 0:
+      messages = _last_messages_showing(messages, [swap.get(v, v) for _, v in values], context)
     trained = [k == len(assistant_indices(messages)) - 1 for k in range(len(assistant_indices(messages)))]
     ids, mask = encode_messages(formatter, messages, trained)
     out.append(without_system_turn(formatter, SFTExample(ep.task.task_id, "name_swap", tuple(ids), tuple(mask))))
