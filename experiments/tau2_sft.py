@@ -83,7 +83,7 @@ def build_data(domain: str, cfg: Tau2SFTConfig, log: Any, tok: Any = None) -> di
   from rti_jax.policy import tau2_sft_data as td
   from rti_jax.policy.sft_example import split_train
   from rti_jax.policy.telecom_sft_data import TELECOM_PATTERN
-  from rti_jax.policy.tokenizer import build_tokenizer
+  from rti_jax.policy.tokenizer import add_whole_pretokens, build_tokenizer
   from rti_jax.rollout import ChatFormatter
 
   data = cfg.data
@@ -95,9 +95,12 @@ def build_data(domain: str, cfg: Tau2SFTConfig, log: Any, tok: Any = None) -> di
   t0 = time.time()
   episodes = cached_episodes(domain, sft_tasks, env)
   log(f"played {len(episodes)} tasks' gold and mistaken episodes in {time.time() - t0:.0f}s")
+  value_ids: list[int] = []
   if tok is None:
-    pattern = td.DIGIT_PATTERN if cfg.tokenizer.pattern == "digits" else TELECOM_PATTERN
+    pattern = {"digits": td.DIGIT_PATTERN, "values": td.VALUE_PATTERN}.get(cfg.tokenizer.pattern, TELECOM_PATTERN)
     tok = build_tokenizer(td.corpus_texts(episodes, env, data.correction), cfg.tokenizer.vocab, pattern=pattern)
+    if cfg.tokenizer.pattern == "values":
+      tok, value_ids = add_whole_pretokens(tok, td.database_values(domain))
   fmt = ChatFormatter(tok)
   mix = td.Tau2Mix(resolve_share=data.resolve_share, continue_share=data.continue_share,
                    complete_share=data.complete_share, correction_share=data.correction_share, seed=cfg.seed,
@@ -112,7 +115,7 @@ def build_data(domain: str, cfg: Tau2SFTConfig, log: Any, tok: Any = None) -> di
   log(f"tokenizer: {len(tok)} tokens; {len(examples)} examples from {len(sft_tasks)} tasks; {counts}; "
       f"longest assistant turn {longest_turn} tokens")
   return {"tok": tok, "fmt": fmt, "examples": examples, "sft_tasks": sft_tasks, "held": held, "episodes": episodes,
-          "domain": domain,
+          "domain": domain, "value_ids": value_ids,
           "counts": {**counts, "longest_turn_tokens": longest_turn}, "system": episodes[0].good[0]["content"]}
 
 
@@ -220,6 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model, mcfg = init_model, init_model.config
   else:
     model, mcfg = sft.new_tiny_policy(tok, cfg.model, data_summary["max_len"], cfg.seed)
+    sft.add_type_direction(model, d["value_ids"], cfg.tokenizer.value_type_init, seed=cfg.seed + 8)
   n_params = sft.count_params(model)
   log(f"model: qwen3 hidden {mcfg.hidden_size}, {mcfg.num_layers} layers, vocab {mcfg.vocab_size}, {n_params} params")
   copy_stage = run_copy_stage(model, cfg, d, pad_id, log) if cfg.copy_stage.steps > 0 else None

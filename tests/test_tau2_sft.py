@@ -207,6 +207,8 @@ def test_mix_and_config_errors_name_the_field():
   cfg = build_config.load_tau2(None, ["train.epochs=1.5"], quick=True)
   assert cfg.train.epochs == 1.5 and cfg.model.hidden == 32 and cfg.data.holdout == 40
   assert cfg.tokenizer.pattern == "words" and build_config.load_tau2(None, ["tokenizer.pattern=digits"]).tokenizer.pattern == "digits"
+  with pytest.raises(ConfigError, match="tokenizer.value_type_init"):
+    build_config.load_tau2(None, ["tokenizer.value_type_init=-1"])
 
 
 def test_the_digits_pattern_gives_every_digit_of_an_id_its_own_token(episodes):
@@ -231,6 +233,40 @@ def test_the_digits_pattern_gives_every_digit_of_an_id_its_own_token(episodes):
     numerals = [q.strip() for q in p if any(c.isdigit() for c in q)]
     assert numerals == [c for c in i if c.isdigit()], (i, p)
   assert sum(len(words.encode(" " + i, add_special_tokens=False)) for i in ids) < sum(map(len, pieces.values()))
+
+
+def test_the_values_pattern_makes_every_database_value_one_token_wherever_it_appears(episodes):
+  """``tokenizer.pattern=values``: with the Retail database's values added whole, every value the
+  episodes' calls copy is one token, the same token in the user's or tool's text as in the call's
+  JSON; the pre-tokens are Python's ``re`` matches of the same pattern; every text decodes back."""
+  import re
+
+  from tokenizers import Regex, pre_tokenizers
+
+  from rti_jax.policy.tokenizer import add_whole_pretokens, build_tokenizer
+
+  env, played = episodes["retail"]
+  texts = td.corpus_texts(played, env, "feedback")
+  values = td.database_values("retail")
+  assert len(values) > 4000 and {"#W2378156", "mia_garcia_4516", "Yusuf", "80218"} <= set(values)
+  tok, ids = add_whole_pretokens(build_tokenizer(texts, 4096, pattern=td.VALUE_PATTERN), values)
+  assert len(ids) == len(values) and len(set(ids)) == len(values)
+  split = pre_tokenizers.Split(Regex(td.VALUE_PATTERN), behavior="isolated")
+  for text in texts[:80]:
+    assert [t for t, _ in split.pre_tokenize_str(text)] == re.findall(td.VALUE_PATTERN, text)
+    assert tok.decode(tok.encode(text, add_special_tokens=False)) == text
+  copied = 0
+  for ep in played:
+    for m in ep.good:
+      call = td._turn_call(str(m["content"])) if m["role"] == "assistant" else None
+      for _, v in td._copied_values(call) if call else []:
+        if v not in values:
+          continue
+        one = tok.encode(v, add_special_tokens=False)
+        assert len(one) == 1 and tok.encode(f' "{v}", ', add_special_tokens=False)[1] == one[0], v
+        assert one[0] in tok.encode(f"My id is {v}.", add_special_tokens=False), v
+        copied += 1
+  assert copied > 20
 
 
 # ----------------------------------------------------------------------------- the reward audit

@@ -56,6 +56,17 @@ SYSTEM_REPEATS = 4
 #: digits, ``mia_garcia_4516`` is ``mia _ garcia _ 4 5 1 6``, and every id is copied one digit at a
 #: time, against ``TELECOM_PATTERN``'s BPE pieces of varying length (``W 23 78 156``).
 DIGIT_PATTERN = r" ?[A-Za-z]+| ?[0-9]|_| ?[^\sA-Za-z0-9_]+|\s+"
+_ID = r"(?=[#A-Za-z0-9_.@\-]*[0-9])#?[A-Za-z0-9_]+(?:[.@\-][A-Za-z0-9_]+)*"
+_CAPITALISED = r"[A-Z][a-z]+(?![A-Za-z0-9_])"
+#: The ``values`` pre-tokenizer (``tokenizer.pattern=values``): a run of id characters with a digit
+#: in it (``#W2378156``, ``mia_garcia_4516``, ``mia.garcia4516@example.com``, ``2024-05-19``,
+#: ``HAT006``) and a capitalised word are each one pre-token without the space before them (the
+#: space is one of its own), so a value is the same pre-token in a user's sentence, a tool reply
+#: and a call's JSON; the rest as ``TELECOM_PATTERN``, but ``#`` never joins the symbols before it. With every database value made one token
+#: (``database_values``), copying a value is one attention step to one token, as for Navigation's
+#: place names (docs/tiny_policy.md).
+VALUE_PATTERN = (rf"{_ID}|{_CAPITALISED}| (?={_ID}|{_CAPITALISED})"
+                 r"| ?[A-Za-z_][A-Za-z0-9_]*| ?[0-9]+(?:\.[0-9]+)?| ?[^\sA-Za-z0-9_#]+| ?#|\s+")
 CONFIRM_PREFIX = "To confirm, I will"
 TRANSFER_SUMMARY = "The customer needs help with a change I could not complete."
 TRANSFER = "transfer_to_human_agents"
@@ -168,6 +179,29 @@ def build_examples(episodes: Sequence[Episodes], env: Tau2Env, formatter: ChatFo
     if tail_rng.random() < mix.complete_share:
       out.append(tail_example(formatter, task, good, d))
   return out, counts
+
+
+def database_values(domain: str) -> list[str]:
+  """Every string of the domain's initial tau2 database (keys and values, nested) that
+  ``VALUE_PATTERN`` keeps whole as an id or a capitalised word: the values a call copies (ids, names,
+  zip codes, emails, dates, flight numbers ...), sorted. About 4,900 for Retail, 7,700 for Airline."""
+  import re
+
+  from rti_jax.envs.tau2 import bridge
+
+  whole = re.compile(f"{_ID}|{_CAPITALISED}")
+  found: set[str] = set()
+  stack: list[Any] = [bridge._reference_db(domain).model_dump()]
+  while stack:
+    x = stack.pop()
+    if isinstance(x, dict):
+      stack.extend(x.keys())
+      stack.extend(x.values())
+    elif isinstance(x, (list, tuple)):
+      stack.extend(x)
+    elif isinstance(x, str) and whole.fullmatch(x):
+      found.add(x)
+  return sorted(found)
 
 
 def corpus_texts(episodes: Sequence[Episodes], env: Tau2Env, correction: str = "feedback") -> list[str]:
