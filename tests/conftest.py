@@ -123,7 +123,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
   """The compiled-program cache back to at most ``_CACHE_BYTES``, the entries least recently
-  written or read going first (once, in the process that started the run)."""
+  written or read going first, and the run's temporary episode directory removed (once, in the
+  process that started the run)."""
   episodes_tmp = session.config.stash.get(_EPISODES_TMP, None)
   if episodes_tmp and not hasattr(session.config, "workerinput"):
     shutil.rmtree(episodes_tmp, ignore_errors=True)

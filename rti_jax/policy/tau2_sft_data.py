@@ -62,9 +62,9 @@ _CAPITALISED = r"[A-Z][a-z]+(?![A-Za-z0-9_])"
 #: in it (``#W2378156``, ``mia_garcia_4516``, ``mia.garcia4516@example.com``, ``2024-05-19``,
 #: ``HAT006``) and a capitalised word are each one pre-token without the space before them (the
 #: space is one of its own), so a value is the same pre-token in a user's sentence, a tool reply
-#: and a call's JSON; the rest as ``TELECOM_PATTERN``, but ``#`` never joins the symbols before it. With every database value made one token
-#: (``database_values``), copying a value is one attention step to one token, as for Navigation's
-#: place names (docs/tiny_policy.md).
+#: and a call's JSON; the rest as ``TELECOM_PATTERN``, but ``#`` never joins the symbols before it.
+#: With every database value made one token (``database_values``), copying a value is one
+#: attention step to one token, as for Navigation's place names (docs/tiny_policy.md).
 VALUE_PATTERN = (rf"{_ID}|{_CAPITALISED}| (?={_ID}|{_CAPITALISED})"
                  r"| ?[A-Za-z_][A-Za-z0-9_]*| ?[0-9]+(?:\.[0-9]+)?| ?[^\sA-Za-z0-9_#]+| ?#|\s+")
 CONFIRM_PREFIX = "To confirm, I will"
@@ -191,7 +191,7 @@ def database_values(domain: str) -> list[str]:
 
   whole = re.compile(f"{_ID}|{_CAPITALISED}")
   found: set[str] = set()
-  stack: list[Any] = [bridge._reference_db(domain).model_dump()]
+  stack: list[Any] = [bridge._pristine(domain)[1]]  # the parsed contents tau2's loader gave, read only
   while stack:
     x = stack.pop()
     if isinstance(x, dict):
