@@ -494,7 +494,7 @@ POLICY = "policies/telecom_base"
 
 @pytest.fixture(scope="session")
 def policy_records() -> list[dict[str, Any]]:
-  """Sampled episodes of the shipped policy (T = 1), 2 on each of 4 train and 4 test tasks."""
+  """Sampled episodes of the shipped policy (T = 1), 2 on each of 3 train and 3 test tasks."""
   from rti_jax.envs.telecom.condensed import CONDENSED_POLICY
   from rti_jax.generation.jax_backend import JaxBackend
   from rti_jax.policy import evaluate as ev
@@ -510,7 +510,7 @@ def policy_records() -> list[dict[str, Any]]:
     envs.append(TelecomEnv(policy=CONDENSED_POLICY))
     return envs[-1]
 
-  tasks = load_split("train")[::19] + load_split("test")[::10]
+  tasks = load_split("train")[::25] + load_split("test")[::14]
   cfg = ev.rollout_config(2, 1.0, max_new_tokens=96, max_context_tokens=4096, seed=0)
   rollout_groups(tasks, factory, backend, fmt, cfg, task_id=lambda t: t.task_id, seed=0)
   return [tb.episode_record(e) for e in envs if e.transcript.done]
@@ -518,7 +518,7 @@ def policy_records() -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 def test_shipped_policy_episodes_match_tau2(policy_records):
-  assert len(policy_records) >= 12
+  assert len(policy_records) >= 10
   print("shipped policy:", len(policy_records), "episodes,", collections.Counter(
       (r["termination"], r["reward"]) for r in policy_records))
   bad = mismatches("shipped_policy", policy_records)

@@ -355,7 +355,7 @@ def test_a_compare_run_checks_its_episodes_against_taus_evaluator(quick_build, t
   out = tmp_path / "cmp"
   assert compare.main(["--env", domain, "--quick", "--no-progress", "--out", str(out), "--test-tasks", "2",
                        "--methods", "rti", f"policy.path={quick_build / 'policy'}", f"env.{domain}.audit_share=1.0",
-                       "env.max_turns=12"]) == 0
+                       "env.max_turns=8"]) == 0
   results = json.loads((out / "results.json").read_text())
   run = results["runs"]["0"]
   for method in ("rti",):
