@@ -252,3 +252,50 @@ def test_the_shipped_judge_reads_the_agents_text_as_its_base_and_judges_scripted
   assert not any(j.malformed or j.over_context for j in said)
   flagged = [not j.is_valid for j in said]
   assert sum(flagged[:len(wrong)]) >= len(wrong) - 2 and sum(flagged[len(wrong):]) <= 1, flagged
+
+
+TELECOM_JUDGE = "policies/telecom_judge"
+
+
+@pytest.mark.slow
+def test_the_shipped_telecom_judge_reads_the_agents_text_as_its_base_and_answers_in_form():
+  """``policies/telecom_judge``: the scripted Telecom episodes encode to the same ids under its
+  tokenizer as under ``telecom_base``'s; asked greedily (the card's budget) as Validator about the
+  mistaken decisive steps of test tasks (each one the rule oracle flags) and as Verifier about the
+  checklist's step in their place, every answer is well-formed and within its context."""
+  from transformers import AutoTokenizer
+
+  from rti_jax.envs.telecom.checklist_agent import ChecklistAgent
+  from rti_jax.envs.telecom.tasks import load_split
+  from rti_jax.generation.base import SamplingParams
+  from rti_jax.generation.jax_backend import JaxBackend
+  from rti_jax.intervention.judges import LLMValidator, LLMVerifier
+  from rti_jax.policy.evaluate import load_policy
+  from rti_jax.policy.sft_example import play, step_context
+  from rti_jax.policy.telecom_sft_data import MistakeAgent, decisive_index, judge_draft, make_env
+
+  build = json.loads(open(f"{TELECOM_JUDGE}/build.json").read())
+  assert build["init"] == "policies/telecom_base" and build["domain"] == "telecom"
+  base = AutoTokenizer.from_pretrained(build["init"], local_files_only=True)
+  tok = AutoTokenizer.from_pretrained(TELECOM_JUDGE, local_files_only=True)
+  assert len(tok) > len(base)
+  env = make_env()
+  ctxs, fixes = [], []
+  for task in load_split("test")[::13]:
+    good, bad = play(env, ChecklistAgent(task), task), play(env, MistakeAgent(task), task)
+    for text in (m["content"] for m in good + bad):
+      assert tok.encode(text, add_special_tokens=False) == base.encode(text, add_special_tokens=False)
+    d = decisive_index(good)
+    if d is None:
+      continue
+    env.reset(task)
+    ctx = step_context(good[:d], bad[d]["content"], env, "telecom")
+    assert not judge_draft(ctx).is_valid
+    ctxs.append(ctx)
+    fixes.append(good[d]["content"])
+  assert len(ctxs) >= 2, len(ctxs)
+  model, _, fmt = load_policy(TELECOM_JUDGE)
+  llm = JudgeLLM(JaxBackend(model, max_cache_len=4096, pad_id=tok.pad_token_id), judge_sft.judge_formatter(fmt),
+                 SamplingParams(max_new_tokens=build["judge_max_new_tokens"], temperature=0.0), 4096)
+  said = LLMValidator(llm).validate(ctxs) + LLMVerifier(llm).verify(ctxs, fixes)
+  assert not any(j.malformed or j.over_context for j in said), said
