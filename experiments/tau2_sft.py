@@ -160,9 +160,9 @@ def run_copy_stage(model: Any, cfg: Tau2SFTConfig, d: dict[str, Any], pad_id: in
   from rti_jax.policy import tau2_sft_data as td
 
   c = cfg.copy_stage
-  drills = td.copy_drills(d["episodes"], d["fmt"], c.examples, seed=cfg.seed + 5, context=c.context)
+  drills = td.copy_drills(d["episodes"], d["fmt"], c.examples, seed=cfg.seed + 5, context=c.context, cut=c.cut)
   held_eps = cached_episodes(d["domain"], d["held"], td.make_env(d["domain"])) if d["held"] else []
-  checks = (td.copy_drills(held_eps, d["fmt"], c.check_examples, seed=cfg.seed + 6, context=c.context)
+  checks = (td.copy_drills(held_eps, d["fmt"], c.check_examples, seed=cfg.seed + 6, context=c.context, cut=c.cut)
             if c.check_examples else [])
   longest = max(len(e.token_ids) for e in drills)
   dcfg = sft.SFTConfig(lr=c.lr, tokens_per_batch=max(c.tokens_per_batch, longest), max_len=longest, len_multiple=32,

@@ -191,6 +191,58 @@ def test_short_copy_drills_keep_the_last_messages_that_show_every_copied_value(e
   assert shorter >= 20 and sum(len(s.token_ids) for s in short) < sum(len(f.token_ids) for f in full)
 
 
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_cut_copy_drills_keep_only_the_request_and_the_messages_that_show_the_values(episodes, formatter, domain):
+  """copy_stage.cut: the same drills (same turns, same swaps) on the opening request, the messages
+  that last show each copied value (a tool result or user reply with the agent turn it answers)
+  and the turn, in the conversation's order; context 1 keeps at least as much; shorter than the
+  suffix drills."""
+  _, eps = episodes[domain]
+  tok = formatter.tokenizer
+  full = td.copy_drills(eps, formatter, 40, seed=3)
+  suffix = td.copy_drills(eps, formatter, 40, seed=3, context=0)
+  cut, cut1 = (td.copy_drills(eps, formatter, 40, seed=3, context=k, cut=True) for k in (0, 1))
+  start, eot = tok.convert_tokens_to_ids("<|im_start|>"), formatter.end_of_turn_id
+
+  def turns(ex):  # the decoded messages of an example, each from <|im_start|> to its <|im_end|>
+    ids, out, k = list(ex.token_ids), [], 0
+    while k < len(ids):
+      j = ids.index(eot, k) + 1 if eot in ids[k:] else len(ids)
+      out.append(tok.decode(ids[k:j]).strip())
+      k = j
+      while k < len(ids) and ids[k] != start:
+        k += 1
+    return out
+
+  checked = 0
+  for f, c0, c1 in zip(full, cut, cut1):
+    assert (f.task_id, f.kind) == (c0.task_id, c0.kind) == (c1.task_id, c1.kind)
+    whole, kept, kept1 = turns(f), turns(c0), turns(c1)
+    assert kept[-1] == whole[-1] and sum(c0.loss_mask) == sum(f.loss_mask)  # the same trained turn, only it
+    assert all(c0.loss_mask[c0.loss_mask.index(True):])
+    assert kept[0] == whole[0] and kept[0].startswith("<|im_start|>user")  # the opening request
+    pos = [whole.index(m) for m in kept]
+    assert pos == sorted(set(pos))  # a subsequence of the conversation, in order
+    assert set(pos) <= {whole.index(m) for m in kept1}  # context 1 keeps at least these
+    call = td._turn_call(tok.decode(list(f.token_ids[f.loss_mask.index(True):])).replace("<|im_end|>", ""))
+    if call is None or len(kept) == len(whole):
+      continue
+    values = [v for _, v in td._copied_values(call)]
+    for v in values:  # the latest message showing each value is kept
+      last = max(k for k in range(len(whole) - 1) if v in whole[k])
+      assert last in pos, (v, last, pos)
+    for k, m in zip(pos, kept):  # agent and environment turns alternate as in the episode
+      if k > 0 and m.startswith("<|im_start|>user"):  # a tool result or user reply, after what it answers
+        assert k - 1 in pos, (k, pos)
+      if m.startswith("<|im_start|>assistant") and k != pos[-1]:  # an agent turn, before what answers it
+        assert k + 1 in pos, (k, pos)
+      if m.startswith("<|im_start|>user\n<tool_response>"):
+        assert "<tool_call>" in whole[k - 1]
+    checked += 1
+  assert checked >= 12, checked
+  assert sum(len(c.token_ids) for c in cut) < sum(len(s.token_ids) for s in suffix)
+
+
 def test_mix_and_config_errors_name_the_field():
   with pytest.raises(ValueError, match="continue_share"):
     td.Tau2Mix(continue_share=1.5)
@@ -204,6 +256,9 @@ def test_mix_and_config_errors_name_the_field():
     build_config.load_tau2(None, ["data.nope=1"])
   with pytest.raises(ConfigError, match="tokenizer.pattern"):
     build_config.load_tau2(None, ["tokenizer.pattern=bytes"])
+  with pytest.raises(ConfigError, match="copy_stage.cut"):
+    build_config.load_tau2(None, ["copy_stage.cut=maybe"])
+  assert build_config.load_tau2(None, ["copy_stage.cut=true"]).copy_stage.cut is True
   cfg = build_config.load_tau2(None, ["train.epochs=1.5"], quick=True)
   assert cfg.train.epochs == 1.5 and cfg.model.hidden == 32 and cfg.data.holdout == 40
   assert cfg.tokenizer.pattern == "words" and build_config.load_tau2(None, ["tokenizer.pattern=digits"]).tokenizer.pattern == "digits"

@@ -52,7 +52,7 @@ def classify(tok: Any, ids: Sequence[int], start: int, call: tuple[str, Any] | N
   return out
 
 
-def measure(domain: str, policy: str, n: int, seed: int = 6, context: int = -1) -> dict[str, Any]:
+def measure(domain: str, policy: str, n: int, seed: int = 6, context: int = -1, cut: bool = False) -> dict[str, Any]:
   import jax.numpy as jnp
   import numpy as np
 
@@ -68,7 +68,7 @@ def measure(domain: str, policy: str, n: int, seed: int = 6, context: int = -1) 
   _, held = split_train(train, cfg.data.holdout)
   model, tok, fmt = ev.load_policy(policy)
   episodes = cached_episodes(domain, held, td.make_env(domain))
-  drills = td.copy_drills(episodes, fmt, n, seed=seed, context=context)
+  drills = td.copy_drills(episodes, fmt, n, seed=seed, context=context, cut=cut)
   tokens: dict[str, list[int]] = collections.defaultdict(list)
   drills_right: dict[str, list[int]] = collections.defaultdict(list)
   by_position: dict[int, list[int]] = collections.defaultdict(list)
@@ -102,7 +102,7 @@ def measure(domain: str, policy: str, n: int, seed: int = 6, context: int = -1) 
   rows = {cls: {"tokens": len(h), "right": float(np.mean(h)), "drills": len(drills_right[cls]),
                 "drills_all_right": float(np.mean(drills_right[cls]))} for cls, h in sorted(tokens.items())}
   positions = {k: float(np.mean(h)) for k, h in sorted(by_position.items())}
-  return {"domain": domain, "policy": policy, "drills": len(drills), "context": context, "classes": rows, "value_position_right": positions}
+  return {"domain": domain, "policy": policy, "drills": len(drills), "context": context, "cut": cut, "classes": rows, "value_position_right": positions}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -112,9 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--drills", type=int, default=200, help="held-out copy drills checked")
   p.add_argument("--context", type=int, default=-1,
                  help="the drills' conversation (copy_stage.context): -1 all of it, k the messages showing the values + k")
+  p.add_argument("--cut", action="store_true", help="only the messages showing the values (copy_stage.cut)")
   p.add_argument("--json", default=None, help="also write the figures here")
   args = p.parse_args(argv)
-  res = measure(args.env, args.policy, args.drills, context=args.context)
+  res = measure(args.env, args.policy, args.drills, context=args.context, cut=args.cut)
   print(f"{res['drills']} held-out {args.env} copy drills, {args.policy}")
   print("| class | trained tokens | right | drills with the class | all right |")
   print("|---|---|---|---|---|")

@@ -234,6 +234,9 @@ class Tau2CopyStageConfig:
   # the drills' conversation (training and check): -1 the whole prefix; k >= 0 the last messages
   # that show every copied value and k more before them (tau2_sft_data.copy_drills)
   context: int = -1
+  # true: only the messages that show the copied values (each with `context` before it), the
+  # opening request and the turn, everything between them dropped
+  cut: bool = False
 
 
 @dataclasses.dataclass
@@ -383,6 +386,7 @@ def validate_tau2(cfg: Tau2SFTConfig) -> Tau2SFTConfig:
   _check(c.check_every >= 1, "copy_stage.check_every", "an integer >= 1", c.check_every)
   _check(isinstance(c.context, int) and c.context >= -1, "copy_stage.context", "an integer >= -1 (-1: the whole prefix)",
          c.context)
+  _check(isinstance(c.cut, bool), "copy_stage.cut", "true or false", c.cut)
   _check(c.steps == 0 or cfg.init is None, "copy_stage.steps", "0 when continuing a policy (init)", c.steps)
   _check(cfg.train.lr > 0, "train.lr", "> 0", cfg.train.lr)
   _check(cfg.train.epochs > 0, "train.epochs", "> 0", cfg.train.epochs)

@@ -305,8 +305,34 @@ def _last_messages_showing(messages: list[dict[str, Any]], values: Sequence[str]
   return messages[:1] + messages[start:]
 
 
+def _only_messages_showing(messages: list[dict[str, Any]], values: Sequence[str], context: int
+                           ) -> list[dict[str, Any]]:
+  """The system turn, the opening request, and for each value the latest message that shows it
+  with ``context`` messages before it, back to the agent turn that a tool result or user reply
+  answers, then the last message; everything else dropped, the order kept. A kept agent turn keeps
+  the messages that answer it, so that agent and environment turns alternate as in an episode. All
+  of them when a value is not shown."""
+  last = len(messages) - 1
+  keep = {1}
+  for v in values:
+    seen = [k for k in range(1, last) if v in str(messages[k]["content"])]
+    if not seen:
+      return messages
+    k = seen[-1]
+    lo = max(1, k - context)
+    while lo > 1 and messages[lo]["role"] != "assistant":
+      lo -= 1
+    keep.update(range(lo, k + 1))
+  for a in sorted(k for k in keep if messages[k]["role"] == "assistant"):
+    k = a + 1
+    while k < last and messages[k]["role"] != "assistant":
+      keep.add(k)
+      k += 1
+  return messages[:1] + [messages[k] for k in sorted(keep)] + messages[-1:]
+
+
 def copy_drills(episodes: Sequence[Episodes], formatter: ChatFormatter, n: int, seed: int = 0,
-                context: int = -1) -> list[SFTExample]:
+                context: int = -1, cut: bool = False) -> list[SFTExample]:
   """``n`` short examples (no system turn, kind ``name_swap``) that train one gold turn which copies
   values from the conversation: a call, or the confirmation that lists the next write's details.
   Each takes a gold episode's prefix up to that turn and swaps every value the turn copies
@@ -317,7 +343,11 @@ def copy_drills(episodes: Sequence[Episodes], formatter: ChatFormatter, n: int, 
   ``context`` >= 0 shortens the prefix: it keeps the last messages that together show every value
   the turn copies (from the latest message that shows the value seen least recently), ``context``
   messages before them, and those back to the user turn they follow; -1 keeps the whole
-  conversation. A value no earlier message shows keeps the whole conversation too."""
+  conversation. A value no earlier message shows keeps the whole conversation too.
+
+  ``cut`` keeps less: the opening request and only the messages that last show each value (a tool
+  result or user reply with the agent turn it answers), each with ``context`` messages before it
+  (``max(context, 0)``), the messages between them dropped."""
   import re
 
   from rti_jax.policy.sft_example import without_system_turn
@@ -355,7 +385,9 @@ def copy_drills(episodes: Sequence[Episodes], formatter: ChatFormatter, n: int, 
     pattern = re.compile("|".join(re.escape(v) for v in sorted(swap, key=len, reverse=True))) if swap else None
     messages = [dict(m, content=pattern.sub(lambda mt: swap[mt.group(0)], str(m["content"])) if pattern and k > 0
                      else m["content"]) for k, m in enumerate(ep.good[:i + 1])]
-    if context >= 0:
+    if cut:
+      messages = _only_messages_showing(messages, [swap.get(v, v) for _, v in values], max(context, 0))
+    elif context >= 0:
       messages = _last_messages_showing(messages, [swap.get(v, v) for _, v in values], context)
     trained = [k == len(assistant_indices(messages)) - 1 for k in range(len(assistant_indices(messages)))]
     ids, mask = encode_messages(formatter, messages, trained)
