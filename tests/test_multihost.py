@@ -178,7 +178,7 @@ def _env() -> dict[str, str]:
 #: of the code under test): the run is then started once more.
 RENDEZVOUS_ABORT = "Termination timeout for `all reduce"
 #: the processes' heartbeat timeout (mesh.heartbeat_timeout_s): how soon a lost process is noticed
-HEARTBEAT_S = 5
+HEARTBEAT_S = 10
 
 
 def _run_single(policy: str, out: pathlib.Path) -> None:
