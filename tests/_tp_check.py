@@ -108,7 +108,9 @@ def decode_cache(sampler: Sampler) -> list:
   return out[-1]
 
 
-def run(family: str, shape: tuple[int, int, int], devices: list) -> dict:
+def run(family: str, shape: tuple[int, int, int], devices: list, reference: bool = False) -> dict:
+  """One mesh's train steps, sampler and decode copies; ``reference`` (one device): only what the
+  meshes are compared against (no KV-cache layout, no bf16 copy)."""
   mesh = S.make_mesh(*shape, devices=devices)
   ts = S.make_train_step(tiny_model(family), optax.adamw(1e-2, eps=ADAM_EPS, weight_decay=0.1), mesh,
                          LossConfig(name="rti", beta=0.01))
@@ -135,22 +137,24 @@ def run(family: str, shape: tuple[int, int, int], devices: list) -> dict:
   turn1 = cached.generate(PROMPTS, key=jax.random.key(0), max_new_tokens=4, temperature=0.0)
   follow = [p + list(t) + [2, 3] for p, t in zip(PROMPTS, turn1.tokens)]  # hits the stored prefixes
   turn2 = cached.generate(follow, key=jax.random.key(0), max_new_tokens=4, temperature=0.0)
+  out = dict(
+      losses=losses, grads=grads, params=jax.tree.map(np.asarray, state.params), specs=specs,
+      fallbacks=list(ts.fallbacks), constraints=constraints, decode_specs=decode_specs,
+      tokens=[t.tolist() for t in gen.tokens], logprobs=[lp.tolist() for lp in gen.logprobs],
+      scores=[s.tolist() for s in scores], cached_tokens=[t.tolist() for t in turn1.tokens + turn2.tokens],
+      cached_logprobs=[lp.tolist() for lp in turn1.logprobs + turn2.logprobs])
+  if reference:
+    out["initial"] = jax.tree.map(np.asarray, nnx.state(tiny_model(family), nnx.Param))
+    return out
   k = decode_cache(sampler)[0].k
-  cache_spec = str(jax.sharding.PartitionSpec(*k.sharding.spec, *[None] * (k.ndim - len(k.sharding.spec))))
-
+  out["cache_spec"] = str(jax.sharding.PartitionSpec(*k.sharding.spec, *[None] * (k.ndim - len(k.sharding.spec))))
   # A bf16 policy with fp32 master weights on the mesh: the sampler decodes from a bf16 copy.
   bf16 = S.make_train_step(tiny_model(family, jnp.bfloat16), optax.sgd(0.1), mesh, LossConfig(name="rti"))
   bf16_copy = Sampler(bf16.merge(bf16.state), mesh=mesh).state
-  return dict(
-      losses=losses, grads=grads, params=jax.tree.map(np.asarray, state.params), specs=specs,
-      fallbacks=list(ts.fallbacks), constraints=constraints, decode_specs=decode_specs, cache_spec=cache_spec,
-      tokens=[t.tolist() for t in gen.tokens], logprobs=[lp.tolist() for lp in gen.logprobs],
-      scores=[s.tolist() for s in scores], cached_tokens=[t.tolist() for t in turn1.tokens + turn2.tokens],
-      cached_logprobs=[lp.tolist() for lp in turn1.logprobs + turn2.logprobs],
-      bf16_copy_dtypes=sorted({str(x.dtype) for x in jax.tree.leaves(bf16_copy)}),
-      bf16_master_dtypes=sorted({str(x.dtype) for x in jax.tree.leaves(bf16.state.params)}),
-      bf16_copy_specs=sorted({str(x.sharding.spec) for x in jax.tree.leaves(bf16_copy)}),
-      initial=jax.tree.map(np.asarray, nnx.state(tiny_model(family), nnx.Param)))
+  out.update(bf16_copy_dtypes=sorted({str(x.dtype) for x in jax.tree.leaves(bf16_copy)}),
+             bf16_master_dtypes=sorted({str(x.dtype) for x in jax.tree.leaves(bf16.state.params)}),
+             bf16_copy_specs=sorted({str(x.sharding.spec) for x in jax.tree.leaves(bf16_copy)}))
+  return out
 
 
 def max_diff(a, b) -> float:
@@ -170,7 +174,7 @@ def main() -> None:
   report: dict = {}
   for family, names in cases.items():
     t0 = time.perf_counter()
-    ref = run(family, (1, 1, 1), devices[:1])
+    ref = run(family, (1, 1, 1), devices[:1], reference=True)
     fam = {"reference_losses": ref["losses"], "reference_tokens": ref["tokens"], "meshes": {},
            "param_moved": max_diff(ref["params"], ref["initial"]), "seconds": {"1x1x1": time.perf_counter() - t0}}
     for name in names:
