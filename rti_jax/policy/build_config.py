@@ -386,7 +386,6 @@ def validate_tau2(cfg: Tau2SFTConfig) -> Tau2SFTConfig:
   _check(c.check_every >= 1, "copy_stage.check_every", "an integer >= 1", c.check_every)
   _check(isinstance(c.context, int) and c.context >= -1, "copy_stage.context", "an integer >= -1 (-1: the whole prefix)",
          c.context)
-  _check(isinstance(c.cut, bool), "copy_stage.cut", "true or false", c.cut)
   _check(c.steps == 0 or cfg.init is None, "copy_stage.steps", "0 when continuing a policy (init)", c.steps)
   _check(cfg.train.lr > 0, "train.lr", "> 0", cfg.train.lr)
   _check(cfg.train.epochs > 0, "train.epochs", "> 0", cfg.train.epochs)

@@ -289,16 +289,22 @@ def _turn_call(text: str) -> tuple[str, Any] | None:
   return (turn.tool_calls[0].name, turn.tool_calls[0].arguments) if len(turn.tool_calls) == 1 else None
 
 
+def _latest_showing(messages: list[dict[str, Any]], value: str) -> int | None:
+  """The index of the latest message between the system turn and the last message whose text
+  holds ``value``; None when none does."""
+  return next((k for k in range(len(messages) - 2, 0, -1) if value in str(messages[k]["content"])), None)
+
+
 def _last_messages_showing(messages: list[dict[str, Any]], values: Sequence[str], context: int) -> list[dict[str, Any]]:
   """The system turn, then the messages from the latest that shows the value seen least recently,
   ``context`` messages earlier, back to the user turn that opens that exchange (a conversation
   starts with the user); all of them when a value is not shown."""
   start = len(messages) - 1
   for v in values:
-    seen = [k for k in range(1, len(messages) - 1) if v in str(messages[k]["content"])]
-    if not seen:
+    k = _latest_showing(messages, v)
+    if k is None:
       return messages
-    start = min(start, seen[-1])
+    start = min(start, k)
   start = max(1, start - context)
   while start > 1 and messages[start]["role"] != "user":
     start -= 1
@@ -315,10 +321,9 @@ def _only_messages_showing(messages: list[dict[str, Any]], values: Sequence[str]
   last = len(messages) - 1
   keep = {1}
   for v in values:
-    seen = [k for k in range(1, last) if v in str(messages[k]["content"])]
-    if not seen:
+    k = _latest_showing(messages, v)
+    if k is None:
       return messages
-    k = seen[-1]
     lo = max(1, k - context)
     while lo > 1 and messages[lo]["role"] != "assistant":
       lo -= 1
