@@ -161,6 +161,8 @@ def run_copy_stage(model: Any, cfg: Tau2SFTConfig, d: dict[str, Any], pad_id: in
 
   c = cfg.copy_stage
   drills = td.copy_drills(d["episodes"], d["fmt"], c.examples, seed=cfg.seed + 5, context=c.context, cut=c.cut)
+  if c.loss == "all":
+    drills = td.every_token_trained(drills)
   held_eps = cached_episodes(d["domain"], d["held"], td.make_env(d["domain"])) if d["held"] else []
   checks = (td.copy_drills(held_eps, d["fmt"], c.check_examples, seed=cfg.seed + 6, context=c.context, cut=c.cut)
             if c.check_examples else [])

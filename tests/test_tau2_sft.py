@@ -235,6 +235,26 @@ def test_cut_copy_drills_keep_only_the_request_and_the_messages_that_show_the_va
   assert sum(len(c.token_ids) for c in cut) < sum(len(s.token_ids) for s in suffix)
 
 
+@pytest.mark.parametrize("domain", ["retail"])
+def test_every_token_trained_keeps_the_drills_and_trains_each_token_after_the_first(episodes, formatter, domain):
+  """copy_stage.loss=all: the same token ids, the loss on every token that has one before it (the
+  copying turn among them), and the values the drill's earlier messages repeat are trained too."""
+  _, eps = episodes[domain]
+  drills = td.copy_drills(eps, formatter, 20, seed=4)
+  every = td.every_token_trained(drills)
+  tok = formatter.tokenizer
+  repeated = 0
+  for d, e in zip(drills, every):
+    assert (e.token_ids, e.task_id, e.kind) == (d.token_ids, d.task_id, d.kind)
+    assert e.loss_mask == (False,) + (True,) * (len(d.token_ids) - 1)
+    first = d.loss_mask.index(True)
+    assert sum(d.loss_mask) < sum(e.loss_mask) and all(e.loss_mask[first:])
+    call = td._turn_call(tok.decode(list(d.token_ids[first:])).replace("<|im_end|>", ""))
+    before = tok.decode(list(d.token_ids[:first]))
+    repeated += call is not None and any(before.count(v) >= 2 for _, v in td._copied_values(call))
+  assert repeated >= 1  # some value shows twice before its copying turn: an earlier copy, now trained
+
+
 def test_mix_and_config_errors_name_the_field():
   with pytest.raises(ValueError, match="continue_share"):
     td.Tau2Mix(continue_share=1.5)
@@ -251,6 +271,9 @@ def test_mix_and_config_errors_name_the_field():
   with pytest.raises(ConfigError, match="copy_stage.cut"):
     build_config.load_tau2(None, ["copy_stage.cut=maybe"])
   assert build_config.load_tau2(None, ["copy_stage.cut=true"]).copy_stage.cut is True
+  with pytest.raises(ConfigError, match="copy_stage.loss"):
+    build_config.load_tau2(None, ["copy_stage.loss=values"])
+  assert build_config.load_tau2(None, ["copy_stage.loss=all"]).copy_stage.loss == "all"
   cfg = build_config.load_tau2(None, ["train.epochs=1.5"], quick=True)
   assert cfg.train.epochs == 1.5 and cfg.model.hidden == 32 and cfg.data.holdout == 40
   assert cfg.tokenizer.pattern == "words" and build_config.load_tau2(None, ["tokenizer.pattern=digits"]).tokenizer.pattern == "digits"

@@ -10,7 +10,9 @@ that lists the next write's details) is one class of its own. Per class it print
 trained tokens, the share predicted right, and the share of drills with every token of the class
 right; for values, also the share right by the token's position inside the value (first, second,
 ...), which tells a copy that fails at its start (finding the value) from one that drifts on the
-way (carrying it).
+way (carrying it); and, of the value tokens predicted wrong, the share whose predicted token occurs
+earlier in the drill's conversation, which tells a copy from the wrong place (a look-up that finds
+another value) from no copy at all (a token the model brings from its training).
 
     python experiments/run.py --exp=copy_errors --env retail --policy runs/retail_sft/policy
 """
@@ -72,10 +74,12 @@ def measure(domain: str, policy: str, n: int, seed: int = 6, context: int = -1, 
   tokens: dict[str, list[int]] = collections.defaultdict(list)
   drills_right: dict[str, list[int]] = collections.defaultdict(list)
   by_position: dict[int, list[int]] = collections.defaultdict(list)
+  wrong_in_context: list[int] = []  # per value token predicted wrong: 1 if the predicted token occurs before the turn
   for d in drills:
     ids, mask = list(d.token_ids), np.asarray(d.loss_mask, np.float32)
     trained = np.flatnonzero(mask > 0)
     start = int(trained[0])
+    seen = set(ids[:start])
     text = tok.decode(ids[start:int(trained[-1]) + 1])
     call = td._turn_call(text)  # None: a confirmation that lists the next write's details
     values = td._copied_values(call) if call is not None else []
@@ -97,12 +101,16 @@ def measure(domain: str, policy: str, n: int, seed: int = 6, context: int = -1, 
       per[cls].append(hit)
       if k >= 0:
         by_position[min(k, 9)].append(hit)
+        if not hit:
+          wrong_in_context.append(int(int(pred[j - 1]) in seen))
     for cls, hits in per.items():
       drills_right[cls].append(int(all(hits)))
   rows = {cls: {"tokens": len(h), "right": float(np.mean(h)), "drills": len(drills_right[cls]),
                 "drills_all_right": float(np.mean(drills_right[cls]))} for cls, h in sorted(tokens.items())}
   positions = {k: float(np.mean(h)) for k, h in sorted(by_position.items())}
-  return {"domain": domain, "policy": policy, "drills": len(drills), "context": context, "cut": cut, "classes": rows, "value_position_right": positions}
+  return {"domain": domain, "policy": policy, "drills": len(drills), "context": context, "cut": cut, "classes": rows,
+          "value_position_right": positions, "wrong_value_tokens": len(wrong_in_context),
+          "wrong_value_tokens_in_context": float(np.mean(wrong_in_context)) if wrong_in_context else 0.0}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -123,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"| {cls} | {r['tokens']} | {r['right']:.3f} | {r['drills']} | {r['drills_all_right']:.3f} |")
   print("value tokens right by position in the value (9 = 9th and later): "
         + ", ".join(f"{k}: {v:.3f}" for k, v in res["value_position_right"].items()))
+  print(f"value tokens predicted wrong: {res['wrong_value_tokens']}, of them a token that occurs earlier in the "
+        f"drill: {res['wrong_value_tokens_in_context']:.3f}")
   if args.json:
     with open(args.json, "w") as f:
       json.dump(res, f, indent=1)

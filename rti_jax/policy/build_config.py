@@ -237,6 +237,10 @@ class Tau2CopyStageConfig:
   # true: only the messages that show the copied values (each with `context` before it), the
   # opening request and the turn, everything between them dropped
   cut: bool = False
+  # which tokens of a training drill carry the loss: "turn" the copying turn only; "all" every token
+  # of its conversation (tau2_sft_data.every_token_trained), so each value a message repeats from an
+  # earlier one is a copy to learn too. The held-out check scores the copying turn either way.
+  loss: str = "turn"
 
 
 @dataclasses.dataclass
@@ -386,6 +390,7 @@ def validate_tau2(cfg: Tau2SFTConfig) -> Tau2SFTConfig:
   _check(c.check_every >= 1, "copy_stage.check_every", "an integer >= 1", c.check_every)
   _check(isinstance(c.context, int) and c.context >= -1, "copy_stage.context", "an integer >= -1 (-1: the whole prefix)",
          c.context)
+  _check(c.loss in ("turn", "all"), "copy_stage.loss", "turn or all", c.loss)
   _check(c.steps == 0 or cfg.init is None, "copy_stage.steps", "0 when continuing a policy (init)", c.steps)
   _check(cfg.train.lr > 0, "train.lr", "> 0", cfg.train.lr)
   _check(cfg.train.epochs > 0, "train.epochs", "> 0", cfg.train.epochs)

@@ -336,6 +336,14 @@ def _only_messages_showing(messages: list[dict[str, Any]], values: Sequence[str]
   return messages[:1] + [messages[k] for k in sorted(keep)] + messages[-1:]
 
 
+def every_token_trained(examples: Sequence[SFTExample]) -> list[SFTExample]:
+  """``examples`` with every token but the first trained: a language-model loss over the whole
+  conversation, in which every value that a message repeats from an earlier one (a call's id
+  echoed by its result, a user's zip code in the agent's call) is a copy to learn, not only the
+  copying turn of a drill."""
+  return [dataclasses.replace(e, loss_mask=(False,) + (True,) * (len(e.token_ids) - 1)) for e in examples]
+
+
 def copy_drills(episodes: Sequence[Episodes], formatter: ChatFormatter, n: int, seed: int = 0,
                 context: int = -1, cut: bool = False) -> list[SFTExample]:
   """``n`` short examples (no system turn, kind ``name_swap``) that train one gold turn which copies
