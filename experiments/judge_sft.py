@@ -11,8 +11,8 @@ under the config's correction message), ``--rounds`` times with other seeds, on 
 without its validation tasks (``train.val_tasks``, kept for choosing RL settings). Every step the
 oracle objects to is kept, with as many others drawn at random (``--accept-per-objection``). The
 pre-tokens those prompts and answers repeat become whole tokens where the policy's own text
-encodes exactly as before (``grow_tokenizer``), and the SFT mix adds one episode per train task
-sampled from the policy at T = 1 (``replay``: its expected gradient is zero at the policy, so it
+encodes exactly as before (``grow_tokenizer``), and the SFT mix adds ``--replays`` episodes per train
+task (one by default) sampled from the policy at T = 1 (``replay``: its expected gradient is zero at the policy, so it
 only holds the agent where it was), and the same for the policy's own corrections: each correction
 prompt p_cal with the rewrite the policy sampled from it at T = 1 (the Corrector skill, whose
 message's wording must also encode as before). The policy (``--policy-dir``, default ``<out>/policy``) gets
@@ -53,6 +53,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   p.add_argument("--quick", action="store_true", help="a smoke build: a few tasks, a few steps")
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--rounds", type=int, default=2, help="intervened rollouts per train task (each another seed)")
+  p.add_argument("--replays", type=int, default=1,
+                 help="the policy's own episodes per train task (T = 1) trained beside the judging, to hold the agent")
   p.add_argument("--accept-per-objection", type=float, default=1.0)
   p.add_argument("--suggestion", choices=["visible", "evidence", "auto"], default="auto",
                  help="the Validator's suggest_next: the visible-only one or the one from l (auto: visible for "
@@ -66,6 +68,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   p.add_argument("--test-tasks", type=int, default=0, help="test tasks measured (0: all)")
   p.add_argument("overrides", nargs="*", help="overrides of the RL config, key=value")
   args = p.parse_intermixed_args(list(sys.argv[1:] if argv is None else argv))
+  if args.replays < 1:
+    p.error(f"--replays: expected an integer >= 1, got {args.replays}")
   args.out = args.out or str(ROOT / "runs" / f"judge_sft_{args.env}")
   args.policy_dir = args.policy_dir or os.path.join(args.out, "policy")
   return args
@@ -157,10 +161,10 @@ def build(args: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]:
     steps += record(s, s["train"], backend, fmt, seed=1000 * args.seed + 17 * r, corrector_temperature=1.0,
                     corrections=corrections)
     _log(f"round {r + 1}/{args.rounds}: {len(steps)} questions recorded ({time.time() - t0:.0f}s)")
-  replay_cfg = dataclasses.replace(s["rollout"], group_size=1, behaviour_temperature=1.0,
+  replay_cfg = dataclasses.replace(s["rollout"], group_size=args.replays, behaviour_temperature=1.0,
                                    sampling=dataclasses.replace(s["rollout"].sampling, temperature=1.0))
-  replay = [g[0] for g in rollout_groups(s["train"], src.env_factory, backend, fmt, replay_cfg, task_id=src.task_id,
-                                         seed=1000 * args.seed + 5)]
+  replay = [t for g in rollout_groups(s["train"], src.env_factory, backend, fmt, replay_cfg, task_id=src.task_id,
+                                         seed=1000 * args.seed + 5) for t in g]
   record_s = time.time() - t0
   chosen = judge_sft.balanced(steps, np.random.default_rng(args.seed), args.accept_per_objection)
   suggestion = args.suggestion if args.suggestion != "auto" else (
@@ -199,8 +203,8 @@ def build(args: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]:
   record_json = {"domain": src.domain, "builder": "judge_sft", "init": policy, "config_file": args.config or args.env,
                  "overrides": list(args.overrides), "suggestion": suggestion, "judge_max_new_tokens": judge_tokens,
                  "check_line": _check_line(policy),
-                 "args": {k: getattr(args, k) for k in ("seed", "rounds", "accept_per_objection", "min_share", "epochs",
-                                                          "lr", "tokens_per_batch", "quick")}}
+                 "args": {k: getattr(args, k) for k in ("seed", "rounds", "replays", "accept_per_objection", "min_share",
+                                                          "epochs", "lr", "tokens_per_batch", "quick")}}
   with open(os.path.join(args.policy_dir, "build.json"), "w") as f:
     json.dump(record_json, f, indent=1)
     f.write("\n")
@@ -289,6 +293,7 @@ def write_card(args: argparse.Namespace, m: dict[str, Any], path: str) -> None:
   budget = b["judge_max_new_tokens"]
   kinds = ", ".join(f"{k} {v}" for k, v in m["data"]["kinds"].items() if v)
   flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in b["args"].items() if k not in ("quick",))
+  replays = b["args"].get("replays", 1)  # builds before --replays had one
   text = f"""# {name}: {b['init']} as its own Validator and Verifier
 
 `{b['init']}` taught to answer the {b['domain']} Validator and Verifier prompts (the judges' chat: one
@@ -307,8 +312,8 @@ The questions of one intervened rollout per task of `{b['init']}` itself (rule r
 policy as Corrector), {b['args']['rounds']} rounds over the {m['splits']['train']} train-split tasks outside the
 validation split: Validator {q['validator']['recorded']} questions ({q['validator']['objected']} flagged),
 Verifier {q['verifier']['recorded']} ({q['verifier']['objected']} rejected). Every objection and as many others
-at random were trained, plus one episode per task sampled from the policy at T = 1 (`replay`, which
-holds the agent where it was): {kinds}; {m['sft']['steps']} SFT steps. The Validator's
+at random were trained, plus {replays} episode{"s" * (replays > 1)} per task sampled from the policy at T = 1
+(`replay`, which holds the agent where it was): {kinds}; {m['sft']['steps']} SFT steps. The Validator's
 `suggest_next` is the oracle's {b['suggestion']} suggestion. The longest answer is
 {m['answer_tokens_max']} tokens; the judges' budget is {budget}.
 
