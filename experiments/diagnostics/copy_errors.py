@@ -12,7 +12,9 @@ right; for values, also the share right by the token's position inside the value
 ...), which tells a copy that fails at its start (finding the value) from one that drifts on the
 way (carrying it); and, of the value tokens predicted wrong, the share whose predicted token occurs
 earlier in the drill's conversation, which tells a copy from the wrong place (a look-up that finds
-another value) from no copy at all (a token the model brings from its training).
+another value) from no copy at all (a token the model brings from its training); it says that only
+where a value is one token (``tokenizer.pattern=values``): a digit or a short piece occurs somewhere
+in almost any conversation.
 
     python experiments/run.py --exp=copy_errors --env retail --policy runs/retail_sft/policy
 """
