@@ -151,9 +151,11 @@ def cached_episodes(domain: str, tasks: Sequence[Any], env: Any) -> list[Any]:
 
 
 def run_copy_stage(model: Any, cfg: Tau2SFTConfig, d: dict[str, Any], pad_id: int, log: Any) -> dict[str, Any]:
-  """Stage 0: ``copy_stage.examples`` copy drills of the SFT tasks alone, until the held-out
-  tasks' drills are copied exactly at ``copy_stage.target`` (or ``copy_stage.steps`` steps).
-  Returns the stage's steps, wall time, loss and its held-out accuracy curve."""
+  """Stage 0: ``copy_stage.examples`` copy drills of the SFT tasks alone (with ``copy_stage.repeats``
+  repeated random strings mixed in, after ``copy_stage.warmup_steps`` steps on those alone), until
+  the held-out tasks' drills are copied exactly at ``copy_stage.target`` (or ``copy_stage.steps``
+  steps). Returns the stage's steps, wall time, loss and its held-out accuracy curve (with the
+  share of fresh repeats predicted, where there are repeats)."""
   import numpy as np
 
   from rti_jax.policy import sft
@@ -166,6 +168,21 @@ def run_copy_stage(model: Any, cfg: Tau2SFTConfig, d: dict[str, Any], pad_id: in
   held_eps = cached_episodes(d["domain"], d["held"], td.make_env(d["domain"])) if d["held"] else []
   checks = (td.copy_drills(held_eps, d["fmt"], c.check_examples, seed=cfg.seed + 6, context=c.context, cut=c.cut)
             if c.check_examples else [])
+  tok = d["fmt"].tokenizer
+  plain = [i for i in range(len(tok)) if i not in set(tok.all_special_ids)]
+  repeats = td.repeat_strings(c.repeats, c.repeat_len, plain, seed=cfg.seed + 9)
+  repeat_checks = td.repeat_strings(64, c.repeat_len, plain, seed=cfg.seed + 10) if c.repeats else []
+  warmup = None
+  if c.warmup_steps:
+    rcfg = sft.SFTConfig(lr=c.lr, tokens_per_batch=max(c.tokens_per_batch, 2 * c.repeat_len), max_len=2 * c.repeat_len,
+                         len_multiple=32, seed=cfg.seed + 3)
+    per_epoch = len(sft.make_batches(repeats, rcfg, np.random.default_rng(0), pad_id))
+    res = sft.train(model, repeats, dataclasses.replace(rcfg, epochs=c.warmup_steps / per_epoch), pad_id,
+                    log=lambda s: log("repeat " + s), log_every=100)
+    right = sft.turn_accuracy(model, repeat_checks, pad_id, c.tokens_per_batch)["tokens"]
+    log(f"repeat warm-up: {res.steps} steps in {res.wall_s:.0f}s, fresh repeats predicted {right:.3f}")
+    warmup = {"steps": res.steps, "wall_s": res.wall_s, "losses": res.losses, "repeats_right": right}
+  drills += repeats
   longest = max(len(e.token_ids) for e in drills)
   dcfg = sft.SFTConfig(lr=c.lr, tokens_per_batch=max(c.tokens_per_batch, longest), max_len=longest, len_multiple=32,
                        seed=cfg.seed + 2)
@@ -175,8 +192,11 @@ def run_copy_stage(model: Any, cfg: Tau2SFTConfig, d: dict[str, Any], pad_id: in
 
   def copied(step: int) -> bool:
     acc = sft.turn_accuracy(model, checks, pad_id, c.tokens_per_batch)
+    if repeat_checks:  # does the look-up the repeats teach survive the drills?
+      acc["repeats"] = sft.turn_accuracy(model, repeat_checks, pad_id, c.tokens_per_batch)["tokens"]
     curve.append({"step": step, **acc})
-    log(f"copy drills: step {step}, held-out turns copied exactly {acc['exact']:.3f} (tokens {acc['tokens']:.3f})")
+    log(f"copy drills: step {step}, held-out turns copied exactly {acc['exact']:.3f} (tokens {acc['tokens']:.3f})"
+        + (f", fresh repeats {acc['repeats']:.3f}" if repeat_checks else ""))
     return acc["exact"] >= c.target
 
   res = sft.train(model, drills, dcfg, pad_id, log=lambda s: log("copy " + s), log_every=100,
@@ -185,7 +205,8 @@ def run_copy_stage(model: Any, cfg: Tau2SFTConfig, d: dict[str, Any], pad_id: in
     copied(res.steps)
   log(f"copy stage: {res.steps} steps in {res.wall_s:.0f}s on {len(drills)} drills, "
       f"final loss {np.mean(res.losses[-10:]):.4f}")
-  return {"steps": res.steps, "wall_s": res.wall_s, "examples": len(drills), "check_examples": len(checks),
+  return {"steps": res.steps, "wall_s": res.wall_s, "examples": len(drills), "repeats": len(repeats),
+          "warmup": warmup, "check_examples": len(checks),
           "final_loss": float(np.mean(res.losses[-10:])), "losses": res.losses, "held_out": curve}
 
 
@@ -377,9 +398,11 @@ def write_card(args: argparse.Namespace, m: dict[str, Any]) -> None:
   cs = m.get("copy_stage")
   if cs:
     last = cs["held_out"][-1] if cs["held_out"] else None
-    lines += [f"Before the mix, a copy stage: {cs['steps']} steps ({cs['wall_s'] / 60:.1f} min) on {cs['examples']:,} "
+    reps = cs.get("repeats", 0)
+    lines += [f"Before the mix, a copy stage: {cs['steps']} steps ({cs['wall_s'] / 60:.1f} min) on {cs['examples'] - reps:,} "
               "copy drills alone (`tau2_sft_data.copy_drills`: a gold prefix without the system turn, every copied "
               "value swapped for another of its kind, the copying turn trained)"
+              + (f" and {reps:,} random strings written twice (`repeat_strings`)" if reps else "")
               + (f"; afterwards {100 * last['exact']:.1f}% of {cs['check_examples']} held-out drill turns were copied "
                  f"exactly (teacher-forced argmax, {100 * last['tokens']:.1f}% of their tokens)." if last else "."), ""]
   dec = m.get("decision") or {}

@@ -235,6 +235,50 @@ def test_cut_copy_drills_keep_only_the_request_and_the_messages_that_show_the_va
   assert sum(len(c.token_ids) for c in cut) < sum(len(s.token_ids) for s in suffix)
 
 
+def test_repeat_strings_train_the_second_copy_of_a_random_string():
+  ids = [5, 9, 11, 40, 41]
+  reps = td.repeat_strings(30, 6, ids, seed=2)
+  assert len(reps) == 30 and {e.kind for e in reps} == {"repeat"}
+  for e in reps:
+    x = e.token_ids
+    assert len(x) == 12 and x[:6] == x[6:] and set(x) <= set(ids)
+    assert e.loss_mask == (False,) * 7 + (True,) * 5  # the repeat from its second token
+  assert len({e.token_ids for e in reps}) == 30  # 5 ** 6 strings: no two drawn alike here
+  assert [e.token_ids for e in td.repeat_strings(30, 6, ids, seed=2)] == [e.token_ids for e in reps]
+  assert [e.token_ids for e in td.repeat_strings(30, 6, ids, seed=3)] != [e.token_ids for e in reps]
+  with pytest.raises(ValueError, match="length"):
+    td.repeat_strings(1, 1, ids)
+  with pytest.raises(ValueError, match="token_ids"):
+    td.repeat_strings(1, 4, [3, 3])
+
+
+def test_the_copy_stage_warms_up_on_repeats_then_mixes_them_into_the_drills(episodes, formatter, monkeypatch):
+  """copy_stage.warmup_steps on the repeats alone, then the drills with the repeats mixed in; each
+  check scores the held-out drills and fresh repeats (episodes of 8 tasks train, 4 others check)."""
+  from experiments import tau2_sft
+  from rti_jax.policy import sft
+
+  _, eps = episodes["retail"]
+  monkeypatch.setattr(tau2_sft, "cached_episodes", lambda domain, tasks, env: eps[8:])
+  cfg = build_config.load_tau2(None, ["copy_stage.steps=2", "copy_stage.examples=6", "copy_stage.check_every=1",
+                                      "copy_stage.check_examples=3", "copy_stage.repeats=40", "copy_stage.repeat_len=8",
+                                      "copy_stage.warmup_steps=2", "copy_stage.target=2"], quick=True)
+  tok = formatter.tokenizer
+  model, _ = sft.new_tiny_policy(tok, cfg.model, 4096, 0)
+  logs: list[str] = []
+  out = tau2_sft.run_copy_stage(model, cfg, {"episodes": eps[:8], "fmt": formatter, "domain": "retail",
+                                             "held": ["held-out"]}, tok.pad_token_id or 0, logs.append)
+  assert out["warmup"]["steps"] == 2 and len(out["warmup"]["losses"]) == 2
+  assert out["steps"] == 2 and out["examples"] == 6 + 40 and out["repeats"] == 40 and out["check_examples"] == 3
+  assert [c["step"] for c in out["held_out"]] == [1, 2]
+  assert all(0 <= c["repeats"] <= 1 and 0 <= c["exact"] <= c["tokens"] <= 1 for c in out["held_out"])
+  assert any(line.startswith("repeat warm-up: 2 steps") for line in logs)
+  with pytest.raises(ConfigError, match="copy_stage.warmup_steps"):
+    build_config.load_tau2(None, ["copy_stage.warmup_steps=5"])
+  with pytest.raises(ConfigError, match="copy_stage.repeat_len"):
+    build_config.load_tau2(None, ["copy_stage.repeats=5", "copy_stage.repeat_len=1"])
+
+
 @pytest.mark.parametrize("domain", ["retail"])
 def test_every_token_trained_keeps_the_drills_and_trains_each_token_after_the_first(episodes, formatter, domain):
   """copy_stage.loss=all: the same token ids, the loss on every token that has one before it (the

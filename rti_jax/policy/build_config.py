@@ -241,6 +241,11 @@ class Tau2CopyStageConfig:
   # of its conversation (tau2_sft_data.every_token_trained), so each value a message repeats from an
   # earlier one is a copy to learn too. The held-out check scores the copying turn either way.
   loss: str = "turn"
+  # random token strings written twice, the repeat trained (tau2_sft_data.repeat_strings): `repeats`
+  # of them mixed into the drills, after `warmup_steps` steps on them alone (0 = none)
+  repeats: int = 0
+  repeat_len: int = 48
+  warmup_steps: int = 0
 
 
 @dataclasses.dataclass
@@ -391,6 +396,11 @@ def validate_tau2(cfg: Tau2SFTConfig) -> Tau2SFTConfig:
   _check(isinstance(c.context, int) and c.context >= -1, "copy_stage.context", "an integer >= -1 (-1: the whole prefix)",
          c.context)
   _check(c.loss in ("turn", "all"), "copy_stage.loss", "turn or all", c.loss)
+  for key in ("repeats", "warmup_steps"):
+    _check(getattr(c, key) >= 0, f"copy_stage.{key}", "an integer >= 0", getattr(c, key))
+  _check(c.repeat_len >= 2, "copy_stage.repeat_len", "an integer >= 2", c.repeat_len)
+  _check(c.warmup_steps == 0 or c.repeats >= 1, "copy_stage.warmup_steps", "0 unless copy_stage.repeats >= 1",
+         c.warmup_steps)
   _check(c.steps == 0 or cfg.init is None, "copy_stage.steps", "0 when continuing a policy (init)", c.steps)
   _check(cfg.train.lr > 0, "train.lr", "> 0", cfg.train.lr)
   _check(cfg.train.epochs > 0, "train.epochs", "> 0", cfg.train.epochs)

@@ -344,6 +344,26 @@ def every_token_trained(examples: Sequence[SFTExample]) -> list[SFTExample]:
   return [dataclasses.replace(e, loss_mask=(False,) + (True,) * (len(e.token_ids) - 1)) for e in examples]
 
 
+def repeat_strings(n: int, length: int, token_ids: Sequence[int], seed: int = 0) -> list[SFTExample]:
+  """``n`` strings of ``length`` tokens drawn uniformly from ``token_ids``, each written twice, the
+  second copy trained from its second token on (its first does not follow from anything before
+  it). Predicting the repeat takes the look-up a copy needs (attend to where the current token
+  occurred before, write the token after it), on data dense enough for a tiny model to form it
+  within a few hundred steps. Deterministic for ``seed``."""
+  if length < 2:
+    raise ValueError(f"length: expected an integer >= 2, got {length}")
+  ids = np.asarray(sorted(set(int(i) for i in token_ids)))
+  if len(ids) < 2:
+    raise ValueError(f"token_ids: expected at least 2 distinct ids, got {len(ids)}")
+  rng = np.random.default_rng([seed, 11])
+  mask = (False,) * (length + 1) + (True,) * (length - 1)
+  out = []
+  for k in range(n):
+    x = tuple(int(i) for i in rng.choice(ids, size=length))
+    out.append(SFTExample(f"repeat_{k}", "repeat", x + x, mask))
+  return out
+
+
 def copy_drills(episodes: Sequence[Episodes], formatter: ChatFormatter, n: int, seed: int = 0,
                 context: int = -1, cut: bool = False) -> list[SFTExample]:
   """``n`` short examples (no system turn, kind ``name_swap``) that train one gold turn which copies
