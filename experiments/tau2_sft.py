@@ -169,7 +169,8 @@ def run_copy_stage(model: Any, cfg: Tau2SFTConfig, d: dict[str, Any], pad_id: in
   checks = (td.copy_drills(held_eps, d["fmt"], c.check_examples, seed=cfg.seed + 6, context=c.context, cut=c.cut)
             if c.check_examples else [])
   tok = d["fmt"].tokenizer
-  plain = [i for i in range(len(tok)) if i not in set(tok.all_special_ids)]
+  special = set(tok.all_special_ids)
+  plain = [i for i in range(len(tok)) if i not in special]
   repeats = td.repeat_strings(c.repeats, c.repeat_len, plain, seed=cfg.seed + 9)
   repeat_checks = td.repeat_strings(64, c.repeat_len, plain, seed=cfg.seed + 10) if c.repeats else []
   warmup = None
@@ -203,7 +204,8 @@ def run_copy_stage(model: Any, cfg: Tau2SFTConfig, d: dict[str, Any], pad_id: in
                   stop=copied if checks else None, check_every=c.check_every)
   if checks and (not curve or curve[-1]["step"] != res.steps):
     copied(res.steps)
-  log(f"copy stage: {res.steps} steps in {res.wall_s:.0f}s on {len(drills)} drills, "
+  log(f"copy stage: {res.steps} steps in {res.wall_s:.0f}s on {len(drills) - len(repeats)} drills"
+      + (f" and {len(repeats)} repeats" if repeats else "") + ", "
       f"final loss {np.mean(res.losses[-10:]):.4f}")
   return {"steps": res.steps, "wall_s": res.wall_s, "examples": len(drills), "repeats": len(repeats),
           "warmup": warmup, "check_examples": len(checks),
