@@ -11,12 +11,12 @@ under the config's correction message), ``--rounds`` times with other seeds, on 
 without its validation tasks (``train.val_tasks``, kept for choosing RL settings). Every step the
 oracle objects to is kept, with as many others drawn at random (``--accept-per-objection``). The
 pre-tokens those prompts and answers repeat become whole tokens where the policy's own text
-encodes exactly as before (``grow_tokenizer``), and the SFT mix adds ``--replays`` episodes per train
-task (one by default) sampled from the policy at T = 1 (``replay``: its expected gradient is zero at the policy, so it
-only holds the agent where it was), and the same for the policy's own corrections: each correction
-prompt p_cal with the rewrite the policy sampled from it at T = 1 (the Corrector skill, whose
-message's wording must also encode as before). The policy (``--policy-dir``, default ``<out>/policy``) gets
-``build.json`` and a card.
+encodes exactly as before (``grow_tokenizer``), and the SFT mix adds ``--replays`` episodes per
+train task (one by default) sampled from the policy at T = 1 (``replay``: its expected gradient is
+zero at the policy, so it only holds the agent where it was), and the same for the policy's own
+corrections: each correction prompt p_cal with the rewrite the policy sampled from it at T = 1 (the
+Corrector skill, whose message's wording must also encode as before). The policy (``--policy-dir``,
+default ``<out>/policy``) gets ``build.json`` and a card.
 
 The measurement: on the test split, one intervened rollout per task of the built policy, each
 question asked to it as a judge (greedy, within ``intervention.judge_max_new_tokens`` and the
@@ -163,8 +163,9 @@ def build(args: argparse.Namespace, s: dict[str, Any]) -> dict[str, Any]:
     _log(f"round {r + 1}/{args.rounds}: {len(steps)} questions recorded ({time.time() - t0:.0f}s)")
   replay_cfg = dataclasses.replace(s["rollout"], group_size=args.replays, behaviour_temperature=1.0,
                                    sampling=dataclasses.replace(s["rollout"].sampling, temperature=1.0))
-  replay = [t for g in rollout_groups(s["train"], src.env_factory, backend, fmt, replay_cfg, task_id=src.task_id,
-                                         seed=1000 * args.seed + 5) for t in g]
+  groups = rollout_groups(s["train"], src.env_factory, backend, fmt, replay_cfg, task_id=src.task_id,
+                          seed=1000 * args.seed + 5)
+  replay = [t for g in groups for t in g]
   record_s = time.time() - t0
   chosen = judge_sft.balanced(steps, np.random.default_rng(args.seed), args.accept_per_objection)
   suggestion = args.suggestion if args.suggestion != "auto" else (

@@ -208,7 +208,6 @@ def test_recorded_questions_carry_the_oracles_answers_for_the_policys_own_steps(
     assert fmt.decode(ids) == s.corrected and "Suggested direction:" in fmt.tokenizer.decode(p_cal)
 
 
-
 def test_replays_default_to_one_episode_per_task_and_must_be_at_least_one(capsys):
   from experiments import judge_sft as exp
 
