@@ -296,8 +296,7 @@ def build(args: argparse.Namespace, cfg: NavigationSFTConfig, bench: Any, log: A
               for e in sft_swap.name_swap_examples(train_tasks, env, fmt, drill_cfg.examples or 16 * drill_cfg.steps,
                                                    seed=cfg.seed + 9)]
     dcfg = sft.SFTConfig(lr=train_cfg.lr, tokens_per_batch=2048, max_len=1024, len_multiple=32, seed=cfg.seed + 2)
-    per_epoch = len(sft.make_batches(drills, dcfg, np.random.default_rng(0), pad_id, sft.common_prefix_len(drills)))
-    dcfg = dataclasses.replace(dcfg, epochs=drill_cfg.steps / per_epoch)
+    dcfg = sft.for_steps(dcfg, drills, pad_id, drill_cfg.steps)
     curve: list[tuple[int, float]] = []
 
     def names_read(step: int) -> bool:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
 import json
 import os
 import pathlib
@@ -177,8 +176,7 @@ def run_copy_stage(model: Any, cfg: Tau2SFTConfig, d: dict[str, Any], pad_id: in
   if c.warmup_steps:
     rcfg = sft.SFTConfig(lr=c.lr, tokens_per_batch=max(c.tokens_per_batch, 2 * c.repeat_len), max_len=2 * c.repeat_len,
                          len_multiple=32, seed=cfg.seed + 3)
-    per_epoch = len(sft.make_batches(repeats, rcfg, np.random.default_rng(0), pad_id))
-    res = sft.train(model, repeats, dataclasses.replace(rcfg, epochs=c.warmup_steps / per_epoch), pad_id,
+    res = sft.train(model, repeats, sft.for_steps(rcfg, repeats, pad_id, c.warmup_steps), pad_id,
                     log=lambda s: log("repeat " + s), log_every=100)
     right = sft.turn_accuracy(model, repeat_checks, pad_id, c.tokens_per_batch)["tokens"]
     log(f"repeat warm-up: {res.steps} steps in {res.wall_s:.0f}s, fresh repeats predicted {right:.3f}")
@@ -187,8 +185,7 @@ def run_copy_stage(model: Any, cfg: Tau2SFTConfig, d: dict[str, Any], pad_id: in
   longest = max(len(e.token_ids) for e in drills)
   dcfg = sft.SFTConfig(lr=c.lr, tokens_per_batch=max(c.tokens_per_batch, longest), max_len=longest, len_multiple=32,
                        seed=cfg.seed + 2)
-  per_epoch = len(sft.make_batches(drills, dcfg, np.random.default_rng(0), pad_id, sft.common_prefix_len(drills)))
-  dcfg = dataclasses.replace(dcfg, epochs=c.steps / per_epoch)
+  dcfg = sft.for_steps(dcfg, drills, pad_id, c.steps)
   curve: list[dict[str, float]] = []
 
   def copied(step: int) -> bool:

@@ -20,7 +20,6 @@ Writes ``result.json`` to ``--out``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import pathlib
@@ -117,8 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   sft.add_type_direction(model, name_ids, args.type_init, seed=args.seed + 8)
   base = sft.SFTConfig(tokens_per_batch=2048, lr=args.lr, len_multiple=32, max_len=1024, seed=args.seed,
                        frozen_token_ids=tuple(name_ids) if args.freeze_names else ())
-  per_epoch = len(sft.make_batches(data, base, np.random.default_rng(0), pad, sft.common_prefix_len(data)))
-  res = sft.train(model, data, dataclasses.replace(base, epochs=args.steps / per_epoch), pad,
+  res = sft.train(model, data, sft.for_steps(base, data, pad, args.steps), pad,
                   log=lambda s: print(s, flush=True), log_every=100)
 
   hits = in_request = total = 0

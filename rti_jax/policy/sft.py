@@ -222,6 +222,13 @@ def make_batches(examples: Sequence[SFTExample], cfg: SFTConfig, rng: np.random.
   return [batches[i] for i in perm]
 
 
+def for_steps(cfg: SFTConfig, examples: Sequence[SFTExample], pad_id: int, steps: int) -> SFTConfig:
+  """``cfg`` with ``epochs`` set so that ``train`` on ``examples`` makes ``steps`` steps (a share of
+  an epoch's batches, or several epochs)."""
+  per_epoch = len(make_batches(examples, cfg, np.random.default_rng(0), pad_id, common_prefix_len(examples)))
+  return dataclasses.replace(cfg, epochs=steps / per_epoch)
+
+
 def shared_prefix_logits(model: Qwen, prefix: jax.Array, ids: jax.Array, attn: jax.Array) -> jax.Array:
   """Logits ``[B, T, V]`` of the suffixes ``ids: [B, T]`` (right padded, ``attn: [B, T]``)
   that all follow the same ``prefix: [P]``; equal to the logits of a full forward pass
