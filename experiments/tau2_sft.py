@@ -109,6 +109,7 @@ def build_data(domain: str, cfg: Tau2SFTConfig, log: Any, tok: Any = None) -> di
     keep = np.random.default_rng([cfg.seed, 3]).random(len(examples)) < data.mix_share
     examples = [e for e, k in zip(examples, keep) if k]
   examples += td.copy_drills(episodes, fmt, data.copy_drills, seed=cfg.seed)
+  examples += td.repeat_strings(data.repeats, cfg.copy_stage.repeat_len, plain_ids(tok), seed=cfg.seed + 12)
   longest_turn = max(len(fmt.encode_assistant(m["content"])) for ep in episodes for m in ep.good
                      if m["role"] == "assistant")
   log(f"tokenizer: {len(tok)} tokens; {len(examples)} examples from {len(sft_tasks)} tasks; {counts}; "
@@ -116,6 +117,22 @@ def build_data(domain: str, cfg: Tau2SFTConfig, log: Any, tok: Any = None) -> di
   return {"tok": tok, "fmt": fmt, "examples": examples, "sft_tasks": sft_tasks, "held": held, "episodes": episodes,
           "domain": domain, "value_ids": value_ids,
           "counts": {**counts, "longest_turn_tokens": longest_turn}, "system": episodes[0].good[0]["content"]}
+
+
+def plain_ids(tok: Any) -> list[int]:
+  """The tokenizer's ids that are not special tokens (what a repeated random string is drawn from)."""
+  special = set(tok.all_special_ids)
+  return [i for i in range(len(tok)) if i not in special]
+
+
+def repeat_checks(cfg: Tau2SFTConfig, tok: Any) -> list[Any]:
+  """64 fresh repeated strings (seeds no training string uses) to check the look-up on; none when
+  the build trains no repeats."""
+  from rti_jax.policy import tau2_sft_data as td
+
+  if not (cfg.copy_stage.repeats or cfg.data.repeats):
+    return []
+  return td.repeat_strings(64, cfg.copy_stage.repeat_len, plain_ids(tok), seed=cfg.seed + 10)
 
 
 def cached_episodes(domain: str, tasks: Sequence[Any], env: Any) -> list[Any]:
@@ -168,17 +185,15 @@ def run_copy_stage(model: Any, cfg: Tau2SFTConfig, d: dict[str, Any], pad_id: in
   checks = (td.copy_drills(held_eps, d["fmt"], c.check_examples, seed=cfg.seed + 6, context=c.context, cut=c.cut)
             if c.check_examples else [])
   tok = d["fmt"].tokenizer
-  special = set(tok.all_special_ids)
-  plain = [i for i in range(len(tok)) if i not in special]
-  repeats = td.repeat_strings(c.repeats, c.repeat_len, plain, seed=cfg.seed + 9)
-  repeat_checks = td.repeat_strings(64, c.repeat_len, plain, seed=cfg.seed + 10) if c.repeats else []
+  repeats = td.repeat_strings(c.repeats, c.repeat_len, plain_ids(tok), seed=cfg.seed + 9)
+  fresh = repeat_checks(cfg, tok) if c.repeats else []
   warmup = None
   if c.warmup_steps:
     rcfg = sft.SFTConfig(lr=c.lr, tokens_per_batch=max(c.tokens_per_batch, 2 * c.repeat_len), max_len=2 * c.repeat_len,
                          len_multiple=32, seed=cfg.seed + 3)
     res = sft.train(model, repeats, sft.for_steps(rcfg, repeats, pad_id, c.warmup_steps), pad_id,
                     log=lambda s: log("repeat " + s), log_every=100)
-    right = sft.turn_accuracy(model, repeat_checks, pad_id, c.tokens_per_batch)["tokens"]
+    right = sft.turn_accuracy(model, fresh, pad_id, c.tokens_per_batch)["tokens"]
     log(f"repeat warm-up: {res.steps} steps in {res.wall_s:.0f}s, fresh repeats predicted {right:.3f}")
     warmup = {"steps": res.steps, "wall_s": res.wall_s, "losses": res.losses, "repeats_right": right}
   drills += repeats
@@ -190,11 +205,11 @@ def run_copy_stage(model: Any, cfg: Tau2SFTConfig, d: dict[str, Any], pad_id: in
 
   def copied(step: int) -> bool:
     acc = sft.turn_accuracy(model, checks, pad_id, c.tokens_per_batch)
-    if repeat_checks:  # does the look-up the repeats teach survive the drills?
-      acc["repeats"] = sft.turn_accuracy(model, repeat_checks, pad_id, c.tokens_per_batch)["tokens"]
+    if fresh:  # does the look-up the repeats teach survive the drills?
+      acc["repeats"] = sft.turn_accuracy(model, fresh, pad_id, c.tokens_per_batch)["tokens"]
     curve.append({"step": step, **acc})
     log(f"copy drills: step {step}, held-out turns copied exactly {acc['exact']:.3f} (tokens {acc['tokens']:.3f})"
-        + (f", fresh repeats {acc['repeats']:.3f}" if repeat_checks else ""))
+        + (f", fresh repeats {acc['repeats']:.3f}" if fresh else ""))
     return acc["exact"] >= c.target
 
   res = sft.train(model, drills, dcfg, pad_id, log=lambda s: log("copy " + s), log_every=100,
@@ -254,6 +269,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                        max_len=longest, len_multiple=128, seed=cfg.seed)
   result = sft.train(model, examples, scfg, pad_id, log=log)
   log(f"SFT: {result.steps} steps in {result.wall_s:.0f}s, final loss {np.mean(result.losses[-10:]):.4f}")
+  fresh = repeat_checks(cfg, tok)
+  repeats_right = sft.turn_accuracy(model, fresh, pad_id, 4096)["tokens"] if fresh else None
+  if fresh:
+    log(f"after the mix: fresh repeats predicted {repeats_right:.3f}")
   decision = decision_check(model, fmt, held, args.env) if held else None
   if decision:
     log(f"decision (teacher-forced, held-out tasks): {json.dumps({k: v for k, v in decision.items() if k != 'per_task'})}")
@@ -271,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     "sft_tasks": len(d["sft_tasks"]), "holdout_tasks": [t.task_id for t in held], "tokenizer_size": len(tok),
     "system_prompt_tokens": system_tokens, "model": mcfg.to_hf_dict(), "params": n_params,
     "sft": {"steps": result.steps, "wall_s": result.wall_s, "losses": result.losses,
-            "tokens_trained": result.tokens_trained},
+            "tokens_trained": result.tokens_trained, "repeats_right": repeats_right},
     "data": {**data_summary, **d["counts"]}, "copy_stage": copy_stage, "decision": decision,
   }
   save_metrics(args, metrics, time.time() - t_start, log)

@@ -308,6 +308,8 @@ def test_mix_and_config_errors_name_the_field():
     build_config.load_tau2(None, ["data.holdout=600"])
   with pytest.raises(ConfigError, match="eval.max_turns"):
     build_config.load_tau2(None, ["eval.max_turns=0"])
+  with pytest.raises(ConfigError, match="data.repeats"):
+    build_config.load_tau2(None, ["data.repeats=-1"])
   with pytest.raises(ConfigError, match="data.nope"):
     build_config.load_tau2(None, ["data.nope=1"])
   with pytest.raises(ConfigError, match="tokenizer.pattern"):
@@ -447,10 +449,13 @@ def test_quick_build_writes_a_policy_its_card_and_the_held_out_checks(quick_buil
   assert sum(sampled["derailed"].values()) == failed
   card = (policy / "README.md").read_text()
   assert "tau2-Retail" in card and "first derailment" in card
-  # a build that continues it (OPD's teacher) keeps its tokenizer and shape
+  assert metrics["sft"]["repeats_right"] is None  # no repeats trained, none checked
+  # a build that continues it (OPD's teacher) keeps its tokenizer and shape; repeats kept in its mix
   out2 = tmp_path / "teacher"
   assert tau2_sft.main(["--env", "retail", "--quick", "--no-eval", "--out", str(out2), f"init={policy}",
-                        "data.resolve_share=1.0"]) == 0
+                        "data.resolve_share=1.0", "data.repeats=12", "copy_stage.repeat_len=8"]) == 0
+  m2 = json.loads((out2 / "metrics.json").read_text())
+  assert m2["data"]["kinds"]["repeat"] == 12 and 0 <= m2["sft"]["repeats_right"] <= 1
   assert (out2 / "policy" / "tokenizer.json").read_text() == (policy / "tokenizer.json").read_text()
   _, cfg2 = from_pretrained(str(out2 / "policy"))
   assert cfg2 == cfg

@@ -214,6 +214,9 @@ class Tau2DataConfig:
   correction: str = "feedback"
   mix_share: float = 1.0  # the share of the tasks' examples above kept (a continuing stage may keep fewer)
   copy_drills: int = 0  # short copy drills without the system turn (tau2_sft_data.copy_drills)
+  # random token strings written twice (copy_stage.repeat_len tokens, tau2_sft_data.repeat_strings)
+  # mixed into the SFT examples, so the look-up the copy stage's repeats teach is kept through the mix
+  repeats: int = 0
 
 
 @dataclasses.dataclass
@@ -380,6 +383,7 @@ def validate_tau2(cfg: Tau2SFTConfig) -> Tau2SFTConfig:
   for key in ("resolve_share", "continue_share", "complete_share", "correction_share", "mix_share"):
     _check(0 <= getattr(cfg.data, key) <= 1, f"data.{key}", "a share in [0, 1]", getattr(cfg.data, key))
   _check(cfg.data.copy_drills >= 0, "data.copy_drills", "an integer >= 0", cfg.data.copy_drills)
+  _check(cfg.data.repeats >= 0, "data.repeats", "an integer >= 0", cfg.data.repeats)
   _check(cfg.data.num_train >= 2, "data.num_train", "an integer >= 2", cfg.data.num_train)
   _check(0 <= cfg.data.holdout < cfg.data.num_train, "data.holdout", f"an integer in [0, {cfg.data.num_train})",
          cfg.data.holdout)
