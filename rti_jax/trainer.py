@@ -40,7 +40,7 @@ import optax
 from flax import nnx
 from tqdm.auto import tqdm
 
-from rti_jax import baselines, distributed, objectives, reporting
+from rti_jax import baselines, distributed, jit_maps, objectives, reporting
 from rti_jax.checkpoint import TrainCheckpointer
 from rti_jax import config as config_lib
 from rti_jax.config import ExperimentConfig
@@ -316,6 +316,8 @@ class Trainer:
     record.update(mixed_stats)
     record.update(rollout_stats)
     record.update(update_metrics)
+    if jit_maps.relieve():  # many compiled shapes: stay under the kernel's mapping limit
+      record["jit/programs_dropped"] = 1
     return record
 
   def update(self, groups: Sequence[Sequence[Trajectory]]) -> dict[str, float]:

@@ -23,6 +23,7 @@ from flax import nnx
 
 from models.config import QwenConfig
 from models.qwen import Qwen
+from rti_jax import jit_maps
 from rti_jax.policy.sft_example import SFTExample
 
 
@@ -402,6 +403,8 @@ def train(model: Qwen, examples: Sequence[SFTExample], cfg: SFTConfig, pad_id: i
       log(f"step {step + 1}/{total} loss {losses[-1]:.4f} ({time.time() - t0:.0f}s)")
     if stop is not None and (step + 1) % check_every == 0 and step + 1 < total and stop(step + 1):
       break
+    if step % 10 == 9:  # many length buckets compile many programs: stay under the kernel's mapping limit
+      jit_maps.relieve(log=log)
   return SFTResult(losses=losses, steps=len(losses), wall_s=time.time() - t0, tokens_trained=tokens)
 
 
