@@ -109,7 +109,7 @@ def build_data(domain: str, cfg: Tau2SFTConfig, log: Any, tok: Any = None) -> di
     keep = np.random.default_rng([cfg.seed, 3]).random(len(examples)) < data.mix_share
     examples = [e for e, k in zip(examples, keep) if k]
   examples += td.copy_drills(episodes, fmt, data.copy_drills, seed=cfg.seed)
-  examples += td.repeat_strings(data.repeats, cfg.copy_stage.repeat_len, plain_ids(tok), seed=cfg.seed + 12)
+  examples += synthetic_strings(cfg, tok, data.repeats, data.lookups, cfg.seed + 12)
   longest_turn = max(len(fmt.encode_assistant(m["content"])) for ep in episodes for m in ep.good
                      if m["role"] == "assistant")
   log(f"tokenizer: {len(tok)} tokens; {len(examples)} examples from {len(sft_tasks)} tasks; {counts}; "
@@ -125,14 +125,30 @@ def plain_ids(tok: Any) -> list[int]:
   return [i for i in range(len(tok)) if i not in special]
 
 
-def repeat_checks(cfg: Tau2SFTConfig, tok: Any) -> list[Any]:
-  """64 fresh repeated strings (seeds no training string uses) to check the look-up on; none when
-  the build trains no repeats."""
+def synthetic_strings(cfg: Tau2SFTConfig, tok: Any, repeats: int, lookups: int, seed: int) -> list[Any]:
+  """``repeats`` random strings written twice (``tau2_sft_data.repeat_strings``) and ``lookups``
+  associative-recall strings (``lookup_strings``), their sizes from ``copy_stage``."""
   from rti_jax.policy import tau2_sft_data as td
 
-  if not (cfg.copy_stage.repeats or cfg.data.repeats):
-    return []
-  return td.repeat_strings(64, cfg.copy_stage.repeat_len, plain_ids(tok), seed=cfg.seed + 10)
+  c, ids = cfg.copy_stage, plain_ids(tok)
+  return (td.repeat_strings(repeats, c.repeat_len, ids, seed=seed)
+          + td.lookup_strings(lookups, c.lookup_pairs, c.lookup_key_len, c.lookup_value_len, ids, seed=seed + 1))
+
+
+def fresh_checks(cfg: Tau2SFTConfig, tok: Any) -> dict[str, list[Any]]:
+  """64 fresh strings of each synthetic kind the build trains (seeds no training string uses), to
+  check the look-ups on: ``{"repeats": [...], "lookups": [...]}``, the kinds it does not train left out."""
+  c, d = cfg.copy_stage, cfg.data
+  out = {"repeats": synthetic_strings(cfg, tok, 64, 0, cfg.seed + 10) if c.repeats or d.repeats else [],
+         "lookups": synthetic_strings(cfg, tok, 0, 64, cfg.seed + 10) if c.lookups or d.lookups else []}
+  return {k: v for k, v in out.items() if v}
+
+
+def fresh_accuracy(model: Any, checks: dict[str, list[Any]], pad_id: int) -> dict[str, float]:
+  """The share of trained tokens predicted right (teacher-forced argmax) on each kind of ``checks``."""
+  from rti_jax.policy import sft
+
+  return {k: sft.turn_accuracy(model, v, pad_id, 4096)["tokens"] for k, v in checks.items()}
 
 
 def cached_episodes(domain: str, tasks: Sequence[Any], env: Any) -> list[Any]:
@@ -168,10 +184,11 @@ def cached_episodes(domain: str, tasks: Sequence[Any], env: Any) -> list[Any]:
 
 def run_copy_stage(model: Any, cfg: Tau2SFTConfig, d: dict[str, Any], pad_id: int, log: Any) -> dict[str, Any]:
   """Stage 0: ``copy_stage.examples`` copy drills of the SFT tasks alone (with ``copy_stage.repeats``
-  repeated random strings mixed in, after ``copy_stage.warmup_steps`` steps on those alone), until
+  repeated random strings and ``copy_stage.lookups`` associative-recall strings mixed in, after
+  ``copy_stage.warmup_steps`` steps on those alone), until
   the held-out tasks' drills are copied exactly at ``copy_stage.target`` (or ``copy_stage.steps``
   steps). Returns the stage's steps, wall time, loss and its held-out accuracy curve (with the
-  share of fresh repeats predicted, where there are repeats)."""
+  share of fresh random strings of each kind predicted, where there are some)."""
   import numpy as np
 
   from rti_jax.policy import sft
@@ -185,18 +202,19 @@ def run_copy_stage(model: Any, cfg: Tau2SFTConfig, d: dict[str, Any], pad_id: in
   checks = (td.copy_drills(held_eps, d["fmt"], c.check_examples, seed=cfg.seed + 6, context=c.context, cut=c.cut)
             if c.check_examples else [])
   tok = d["fmt"].tokenizer
-  repeats = td.repeat_strings(c.repeats, c.repeat_len, plain_ids(tok), seed=cfg.seed + 9)
-  fresh = repeat_checks(cfg, tok) if c.repeats else []
+  synthetic = synthetic_strings(cfg, tok, c.repeats, c.lookups, cfg.seed + 9)
+  fresh = fresh_checks(cfg, tok) if synthetic else {}
   warmup = None
   if c.warmup_steps:
-    rcfg = sft.SFTConfig(lr=c.lr, tokens_per_batch=max(c.tokens_per_batch, 2 * c.repeat_len), max_len=2 * c.repeat_len,
+    longest = max(len(e.token_ids) for e in synthetic)
+    rcfg = sft.SFTConfig(lr=c.lr, tokens_per_batch=max(c.tokens_per_batch, longest), max_len=longest,
                          len_multiple=32, seed=cfg.seed + 3)
-    res = sft.train(model, repeats, sft.for_steps(rcfg, repeats, pad_id, c.warmup_steps), pad_id,
-                    log=lambda s: log("repeat " + s), log_every=100)
-    right = sft.turn_accuracy(model, fresh, pad_id, c.tokens_per_batch)["tokens"]
-    log(f"repeat warm-up: {res.steps} steps in {res.wall_s:.0f}s, fresh repeats predicted {right:.3f}")
-    warmup = {"steps": res.steps, "wall_s": res.wall_s, "losses": res.losses, "repeats_right": right}
-  drills += repeats
+    res = sft.train(model, synthetic, sft.for_steps(rcfg, synthetic, pad_id, c.warmup_steps), pad_id,
+                    log=lambda s: log("warm-up " + s), log_every=100)
+    right = fresh_accuracy(model, fresh, pad_id)
+    log(f"warm-up on random strings: {res.steps} steps in {res.wall_s:.0f}s, fresh strings predicted {json.dumps(right)}")
+    warmup = {"steps": res.steps, "wall_s": res.wall_s, "losses": res.losses, "fresh_right": right}
+  drills += synthetic
   longest = max(len(e.token_ids) for e in drills)
   dcfg = sft.SFTConfig(lr=c.lr, tokens_per_batch=max(c.tokens_per_batch, longest), max_len=longest, len_multiple=32,
                        seed=cfg.seed + 2)
@@ -205,21 +223,20 @@ def run_copy_stage(model: Any, cfg: Tau2SFTConfig, d: dict[str, Any], pad_id: in
 
   def copied(step: int) -> bool:
     acc = sft.turn_accuracy(model, checks, pad_id, c.tokens_per_batch)
-    if fresh:  # does the look-up the repeats teach survive the drills?
-      acc["repeats"] = sft.turn_accuracy(model, fresh, pad_id, c.tokens_per_batch)["tokens"]
+    acc.update(fresh_accuracy(model, fresh, pad_id))  # do the look-ups the random strings teach survive?
     curve.append({"step": step, **acc})
     log(f"copy drills: step {step}, held-out turns copied exactly {acc['exact']:.3f} (tokens {acc['tokens']:.3f})"
-        + (f", fresh repeats {acc['repeats']:.3f}" if fresh else ""))
+        + "".join(f", fresh {k} {acc[k]:.3f}" for k in fresh))
     return acc["exact"] >= c.target
 
   res = sft.train(model, drills, dcfg, pad_id, log=lambda s: log("copy " + s), log_every=100,
                   stop=copied if checks else None, check_every=c.check_every)
   if checks and (not curve or curve[-1]["step"] != res.steps):
     copied(res.steps)
-  log(f"copy stage: {res.steps} steps in {res.wall_s:.0f}s on {len(drills) - len(repeats)} drills"
-      + (f" and {len(repeats)} repeats" if repeats else "") + ", "
+  log(f"copy stage: {res.steps} steps in {res.wall_s:.0f}s on {len(drills) - len(synthetic)} drills"
+      + (f", {c.repeats} repeats and {c.lookups} look-ups" if synthetic else "") + ", "
       f"final loss {np.mean(res.losses[-10:]):.4f}")
-  return {"steps": res.steps, "wall_s": res.wall_s, "examples": len(drills), "repeats": len(repeats),
+  return {"steps": res.steps, "wall_s": res.wall_s, "examples": len(drills), "repeats": c.repeats, "lookups": c.lookups,
           "warmup": warmup, "check_examples": len(checks),
           "final_loss": float(np.mean(res.losses[-10:])), "losses": res.losses, "held_out": curve}
 
@@ -269,10 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                        max_len=longest, len_multiple=128, seed=cfg.seed)
   result = sft.train(model, examples, scfg, pad_id, log=log)
   log(f"SFT: {result.steps} steps in {result.wall_s:.0f}s, final loss {np.mean(result.losses[-10:]):.4f}")
-  fresh = repeat_checks(cfg, tok)
-  repeats_right = sft.turn_accuracy(model, fresh, pad_id, 4096)["tokens"] if fresh else None
-  if fresh:
-    log(f"after the mix: fresh repeats predicted {repeats_right:.3f}")
+  fresh_right = fresh_accuracy(model, fresh_checks(cfg, tok), pad_id)
+  if fresh_right:
+    log(f"after the mix: fresh random strings predicted {json.dumps(fresh_right)}")
   decision = decision_check(model, fmt, held, args.env) if held else None
   if decision:
     log(f"decision (teacher-forced, held-out tasks): {json.dumps({k: v for k, v in decision.items() if k != 'per_task'})}")
@@ -290,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     "sft_tasks": len(d["sft_tasks"]), "holdout_tasks": [t.task_id for t in held], "tokenizer_size": len(tok),
     "system_prompt_tokens": system_tokens, "model": mcfg.to_hf_dict(), "params": n_params,
     "sft": {"steps": result.steps, "wall_s": result.wall_s, "losses": result.losses,
-            "tokens_trained": result.tokens_trained, "repeats_right": repeats_right},
+            "tokens_trained": result.tokens_trained, "fresh_right": fresh_right},
     "data": {**data_summary, **d["counts"]}, "copy_stage": copy_stage, "decision": decision,
   }
   save_metrics(args, metrics, time.time() - t_start, log)
@@ -416,11 +432,12 @@ def write_card(args: argparse.Namespace, m: dict[str, Any]) -> None:
   cs = m.get("copy_stage")
   if cs:
     last = cs["held_out"][-1] if cs["held_out"] else None
-    reps = cs.get("repeats", 0)
-    lines += [f"Before the mix, a copy stage: {cs['steps']} steps ({cs['wall_s'] / 60:.1f} min) on {cs['examples'] - reps:,} "
-              "copy drills alone (`tau2_sft_data.copy_drills`: a gold prefix without the system turn, every copied "
-              "value swapped for another of its kind, the copying turn trained)"
-              + (f" and {reps:,} random strings written twice (`repeat_strings`)" if reps else "")
+    reps, looks = cs.get("repeats", 0), cs.get("lookups", 0)
+    lines += [f"Before the mix, a copy stage: {cs['steps']} steps ({cs['wall_s'] / 60:.1f} min) on "
+              f"{cs['examples'] - reps - looks:,} copy drills (`tau2_sft_data.copy_drills`: a gold prefix without the "
+              "system turn, every copied value swapped for another of its kind, the copying turn trained)"
+              + (f", {reps:,} random strings written twice (`repeat_strings`)" if reps else "")
+              + (f", {looks:,} random key-value look-ups (`lookup_strings`)" if looks else "")
               + (f"; afterwards {100 * last['exact']:.1f}% of {cs['check_examples']} held-out drill turns were copied "
                  f"exactly (teacher-forced argmax, {100 * last['tokens']:.1f}% of their tokens)." if last else "."), ""]
   dec = m.get("decision") or {}

@@ -252,6 +252,26 @@ def test_repeat_strings_train_the_second_copy_of_a_random_string():
     td.repeat_strings(1, 4, [3, 3])
 
 
+def test_lookup_strings_train_each_value_after_its_key_comes_again():
+  ids = list(range(3, 23))
+  looks = td.lookup_strings(25, 4, 2, 3, ids, seed=1)
+  assert len(looks) == 25 and {e.kind for e in looks} == {"lookup"}
+  for e in looks:
+    x, m = e.token_ids, e.loss_mask
+    assert len(x) == len(m) == 2 * 4 * 5 and not any(m[:20]) and set(x) <= set(ids)
+    table = {x[i:i + 2]: x[i + 2:i + 5] for i in range(0, 20, 5)}
+    assert len(table) == 4  # distinct keys
+    queries = [x[i:i + 5] for i in range(20, 40, 5)]
+    assert sorted(q[:2] for q in queries) == sorted(table) and all(q[2:] == table[q[:2]] for q in queries)
+    assert m[20:] == (False, False, True, True, True) * 4  # the values trained, not the keys
+  assert any(e.token_ids[20:22] != e.token_ids[:2] for e in looks)  # queries come in another order
+  assert [e.token_ids for e in td.lookup_strings(25, 4, 2, 3, ids, seed=1)] == [e.token_ids for e in looks]
+  with pytest.raises(ValueError, match="pairs"):
+    td.lookup_strings(1, 0, 2, 3, ids)
+  with pytest.raises(ValueError, match="too few keys"):
+    td.lookup_strings(1, 3, 1, 3, [3, 4])
+
+
 def test_the_copy_stage_warms_up_on_repeats_then_mixes_them_into_the_drills(episodes, formatter, monkeypatch):
   """copy_stage.warmup_steps on the repeats alone, then the drills with the repeats mixed in; each
   check scores the held-out drills and fresh repeats (episodes of 8 tasks train, 4 others check)."""
@@ -262,6 +282,7 @@ def test_the_copy_stage_warms_up_on_repeats_then_mixes_them_into_the_drills(epis
   monkeypatch.setattr(tau2_sft, "cached_episodes", lambda domain, tasks, env: eps[8:])
   cfg = build_config.load_tau2(None, ["copy_stage.steps=2", "copy_stage.examples=6", "copy_stage.check_every=1",
                                       "copy_stage.check_examples=3", "copy_stage.repeats=40", "copy_stage.repeat_len=8",
+                                      "copy_stage.lookups=10", "copy_stage.lookup_pairs=3",
                                       "copy_stage.warmup_steps=2", "copy_stage.target=2"], quick=True)
   tok = formatter.tokenizer
   model, _ = sft.new_tiny_policy(tok, cfg.model, 4096, 0)
@@ -269,12 +290,17 @@ def test_the_copy_stage_warms_up_on_repeats_then_mixes_them_into_the_drills(epis
   out = tau2_sft.run_copy_stage(model, cfg, {"episodes": eps[:8], "fmt": formatter, "domain": "retail",
                                              "held": ["held-out"]}, tok.pad_token_id or 0, logs.append)
   assert out["warmup"]["steps"] == 2 and len(out["warmup"]["losses"]) == 2
-  assert out["steps"] == 2 and out["examples"] == 6 + 40 and out["repeats"] == 40 and out["check_examples"] == 3
-  assert [c["step"] for c in out["held_out"]] == [1, 2]
-  assert all(0 <= c["repeats"] <= 1 and 0 <= c["exact"] <= c["tokens"] <= 1 for c in out["held_out"])
-  assert any(line.startswith("repeat warm-up: 2 steps") for line in logs)
+  assert out["steps"] == 2 and out["examples"] == 6 + 40 + 10 and out["repeats"] == 40 and out["lookups"] == 10
+  assert out["check_examples"] == 3 and [c["step"] for c in out["held_out"]] == [1, 2]
+  assert all(0 <= c["repeats"] <= 1 and 0 <= c["lookups"] <= 1 and 0 <= c["exact"] <= c["tokens"] <= 1
+             for c in out["held_out"])
+  assert set(out["warmup"]["fresh_right"]) == {"repeats", "lookups"}
+  assert any(line.startswith("warm-up on random strings: 2 steps") for line in logs)
   with pytest.raises(ConfigError, match="copy_stage.warmup_steps"):
     build_config.load_tau2(None, ["copy_stage.warmup_steps=5"])
+  assert build_config.load_tau2(None, ["copy_stage.warmup_steps=5", "copy_stage.lookups=1"]).copy_stage.lookups == 1
+  with pytest.raises(ConfigError, match="copy_stage.lookup_key_len"):
+    build_config.load_tau2(None, ["copy_stage.lookup_key_len=0"])
   with pytest.raises(ConfigError, match="copy_stage.repeat_len"):
     build_config.load_tau2(None, ["copy_stage.repeats=5", "copy_stage.repeat_len=1"])
 
@@ -449,13 +475,14 @@ def test_quick_build_writes_a_policy_its_card_and_the_held_out_checks(quick_buil
   assert sum(sampled["derailed"].values()) == failed
   card = (policy / "README.md").read_text()
   assert "tau2-Retail" in card and "first derailment" in card
-  assert metrics["sft"]["repeats_right"] is None  # no repeats trained, none checked
+  assert metrics["sft"]["fresh_right"] == {}  # no random strings trained, none checked
   # a build that continues it (OPD's teacher) keeps its tokenizer and shape; repeats kept in its mix
   out2 = tmp_path / "teacher"
   assert tau2_sft.main(["--env", "retail", "--quick", "--no-eval", "--out", str(out2), f"init={policy}",
-                        "data.resolve_share=1.0", "data.repeats=12", "copy_stage.repeat_len=8"]) == 0
+                        "data.resolve_share=1.0", "data.repeats=12", "copy_stage.repeat_len=8", "data.lookups=5"]) == 0
   m2 = json.loads((out2 / "metrics.json").read_text())
-  assert m2["data"]["kinds"]["repeat"] == 12 and 0 <= m2["sft"]["repeats_right"] <= 1
+  assert m2["data"]["kinds"]["repeat"] == 12 and m2["data"]["kinds"]["lookup"] == 5
+  assert set(m2["sft"]["fresh_right"]) == {"repeats", "lookups"} and all(0 <= v <= 1 for v in m2["sft"]["fresh_right"].values())
   assert (out2 / "policy" / "tokenizer.json").read_text() == (policy / "tokenizer.json").read_text()
   _, cfg2 = from_pretrained(str(out2 / "policy"))
   assert cfg2 == cfg

@@ -217,6 +217,7 @@ class Tau2DataConfig:
   # random token strings written twice (copy_stage.repeat_len tokens, tau2_sft_data.repeat_strings)
   # mixed into the SFT examples, so the look-up the copy stage's repeats teach is kept through the mix
   repeats: int = 0
+  lookups: int = 0  # associative-recall strings (copy_stage.lookup_*) kept in the mix likewise
 
 
 @dataclasses.dataclass
@@ -248,6 +249,13 @@ class Tau2CopyStageConfig:
   # of them mixed into the drills, after `warmup_steps` steps on them alone (0 = none)
   repeats: int = 0
   repeat_len: int = 48
+  # associative-recall strings (tau2_sft_data.lookup_strings: `lookup_pairs` random keys of
+  # `lookup_key_len` tokens with values of `lookup_value_len`, then each key again and its value,
+  # trained), mixed in and warmed up on beside the repeats
+  lookups: int = 0
+  lookup_pairs: int = 8
+  lookup_key_len: int = 2
+  lookup_value_len: int = 6
   warmup_steps: int = 0
 
 
@@ -383,7 +391,8 @@ def validate_tau2(cfg: Tau2SFTConfig) -> Tau2SFTConfig:
   for key in ("resolve_share", "continue_share", "complete_share", "correction_share", "mix_share"):
     _check(0 <= getattr(cfg.data, key) <= 1, f"data.{key}", "a share in [0, 1]", getattr(cfg.data, key))
   _check(cfg.data.copy_drills >= 0, "data.copy_drills", "an integer >= 0", cfg.data.copy_drills)
-  _check(cfg.data.repeats >= 0, "data.repeats", "an integer >= 0", cfg.data.repeats)
+  for key in ("repeats", "lookups"):
+    _check(getattr(cfg.data, key) >= 0, f"data.{key}", "an integer >= 0", getattr(cfg.data, key))
   _check(cfg.data.num_train >= 2, "data.num_train", "an integer >= 2", cfg.data.num_train)
   _check(0 <= cfg.data.holdout < cfg.data.num_train, "data.holdout", f"an integer in [0, {cfg.data.num_train})",
          cfg.data.holdout)
@@ -400,11 +409,13 @@ def validate_tau2(cfg: Tau2SFTConfig) -> Tau2SFTConfig:
   _check(isinstance(c.context, int) and c.context >= -1, "copy_stage.context", "an integer >= -1 (-1: the whole prefix)",
          c.context)
   _check(c.loss in ("turn", "all"), "copy_stage.loss", "turn or all", c.loss)
-  for key in ("repeats", "warmup_steps"):
+  for key in ("repeats", "lookups", "warmup_steps"):
     _check(getattr(c, key) >= 0, f"copy_stage.{key}", "an integer >= 0", getattr(c, key))
   _check(c.repeat_len >= 2, "copy_stage.repeat_len", "an integer >= 2", c.repeat_len)
-  _check(c.warmup_steps == 0 or c.repeats >= 1, "copy_stage.warmup_steps", "0 unless copy_stage.repeats >= 1",
-         c.warmup_steps)
+  for key in ("lookup_pairs", "lookup_key_len", "lookup_value_len"):
+    _check(getattr(c, key) >= 1, f"copy_stage.{key}", "an integer >= 1", getattr(c, key))
+  _check(c.warmup_steps == 0 or c.repeats + c.lookups >= 1, "copy_stage.warmup_steps",
+         "0 unless copy_stage.repeats or copy_stage.lookups >= 1", c.warmup_steps)
   _check(c.steps == 0 or cfg.init is None, "copy_stage.steps", "0 when continuing a policy (init)", c.steps)
   _check(cfg.train.lr > 0, "train.lr", "> 0", cfg.train.lr)
   _check(cfg.train.epochs > 0, "train.epochs", "> 0", cfg.train.epochs)

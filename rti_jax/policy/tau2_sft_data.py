@@ -364,6 +364,38 @@ def repeat_strings(n: int, length: int, token_ids: Sequence[int], seed: int = 0)
   return out
 
 
+def lookup_strings(n: int, pairs: int, key_len: int, value_len: int, token_ids: Sequence[int],
+                   seed: int = 0) -> list[SFTExample]:
+  """``n`` associative-recall strings: ``pairs`` random keys of ``key_len`` tokens, each followed by
+  a random value of ``value_len`` tokens, then every key again in another order, each followed by its
+  value, trained. A value's first token follows only from its key's earlier occurrence (find the
+  key, write what came after it), the step a copy of an id or a name out of a conversation begins
+  with; its later tokens follow from the value's own earlier tokens, as in ``repeat_strings``.
+  Tokens drawn uniformly from ``token_ids``; keys distinct within a string. Deterministic for
+  ``seed``."""
+  if pairs < 1 or key_len < 1 or value_len < 1:
+    raise ValueError(f"pairs, key_len, value_len: expected integers >= 1, got {pairs}, {key_len}, {value_len}")
+  ids = np.asarray(sorted(set(int(i) for i in token_ids)))
+  if len(ids) ** key_len < 2 * pairs:
+    raise ValueError(f"token_ids: {len(ids)} distinct ids give too few keys of {key_len} tokens for {pairs} pairs")
+  rng = np.random.default_rng([seed, 13])
+  out = []
+  for k in range(n):
+    keys: list[tuple[int, ...]] = []
+    while len(keys) < pairs:
+      key = tuple(int(i) for i in rng.choice(ids, size=key_len))
+      if key not in keys:
+        keys.append(key)
+    values = [tuple(int(i) for i in rng.choice(ids, size=value_len)) for _ in range(pairs)]
+    x: list[int] = [t for key, v in zip(keys, values) for t in key + v]
+    mask = [False] * len(x)
+    for j in rng.permutation(pairs):
+      x += keys[j] + values[j]
+      mask += [False] * key_len + [True] * value_len
+    out.append(SFTExample(f"lookup_{k}", "lookup", tuple(x), tuple(mask)))
+  return out
+
+
 def copy_drills(episodes: Sequence[Episodes], formatter: ChatFormatter, n: int, seed: int = 0,
                 context: int = -1, cut: bool = False) -> list[SFTExample]:
   """``n`` short examples (no system turn, kind ``name_swap``) that train one gold turn which copies
