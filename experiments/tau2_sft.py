@@ -131,15 +131,22 @@ def synthetic_strings(cfg: Tau2SFTConfig, tok: Any, repeats: int, lookups: int, 
   from rti_jax.policy import tau2_sft_data as td
 
   c, ids = cfg.copy_stage, plain_ids(tok)
-  return (td.repeat_strings(repeats, c.repeat_len, ids, seed=seed)
+  return (td.repeat_strings(repeats, c.repeat_len, ids, seed=seed, min_length=c.repeat_min_len, gap=c.repeat_gap)
           + td.lookup_strings(lookups, c.lookup_pairs, c.lookup_key_len, c.lookup_value_len, ids, seed=seed + 1))
 
 
 def fresh_checks(cfg: Tau2SFTConfig, tok: Any) -> dict[str, list[Any]]:
   """64 fresh strings of each synthetic kind the build trains (seeds no training string uses), to
-  check the look-ups on: ``{"repeats": [...], "lookups": [...]}``, the kinds it does not train left out."""
+  check the look-ups on: ``{"repeats": [...], "lookups": [...]}``, the kinds it does not train left
+  out; with repeats also ``repeats_varied``: lengths 8..``repeat_len`` with up to 16 tokens between
+  the copies, right only where the model looks a token up (not where it copies from a fixed distance)."""
+  from rti_jax.policy import tau2_sft_data as td
+
   c, d = cfg.copy_stage, cfg.data
-  out = {"repeats": synthetic_strings(cfg, tok, 64, 0, cfg.seed + 10) if c.repeats or d.repeats else [],
+  reps = bool(c.repeats or d.repeats)
+  out = {"repeats": synthetic_strings(cfg, tok, 64, 0, cfg.seed + 10) if reps else [],
+         "repeats_varied": (td.repeat_strings(64, c.repeat_len, plain_ids(tok), seed=cfg.seed + 11,
+                                              min_length=min(8, c.repeat_len), gap=16) if reps else []),
          "lookups": synthetic_strings(cfg, tok, 0, 64, cfg.seed + 10) if c.lookups or d.lookups else []}
   return {k: v for k, v in out.items() if v}
 

@@ -249,6 +249,11 @@ class Tau2CopyStageConfig:
   # of them mixed into the drills, after `warmup_steps` steps on them alone (0 = none)
   repeats: int = 0
   repeat_len: int = 48
+  # lengths drawn from repeat_min_len..repeat_len (null: all repeat_len), and 0..repeat_gap random
+  # tokens between the copies: with one length and no gap a tiny model copies from a fixed distance
+  # back instead of looking the token up
+  repeat_min_len: Optional[int] = None
+  repeat_gap: int = 0
   # associative-recall strings (tau2_sft_data.lookup_strings: `lookup_pairs` random keys of
   # `lookup_key_len` tokens with values of `lookup_value_len`, then each key again and its value,
   # trained), mixed in and warmed up on beside the repeats
@@ -412,6 +417,9 @@ def validate_tau2(cfg: Tau2SFTConfig) -> Tau2SFTConfig:
   for key in ("repeats", "lookups", "warmup_steps"):
     _check(getattr(c, key) >= 0, f"copy_stage.{key}", "an integer >= 0", getattr(c, key))
   _check(c.repeat_len >= 2, "copy_stage.repeat_len", "an integer >= 2", c.repeat_len)
+  _check(c.repeat_min_len is None or 2 <= c.repeat_min_len <= c.repeat_len, "copy_stage.repeat_min_len",
+         f"null or an integer in 2..{c.repeat_len} (copy_stage.repeat_len)", c.repeat_min_len)
+  _check(c.repeat_gap >= 0, "copy_stage.repeat_gap", "an integer >= 0", c.repeat_gap)
   for key in ("lookup_pairs", "lookup_key_len", "lookup_value_len"):
     _check(getattr(c, key) >= 1, f"copy_stage.{key}", "an integer >= 1", getattr(c, key))
   _check(c.warmup_steps == 0 or c.repeats + c.lookups >= 1, "copy_stage.warmup_steps",

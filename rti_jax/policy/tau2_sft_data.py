@@ -344,23 +344,34 @@ def every_token_trained(examples: Sequence[SFTExample]) -> list[SFTExample]:
   return [dataclasses.replace(e, loss_mask=(False,) + (True,) * (len(e.token_ids) - 1)) for e in examples]
 
 
-def repeat_strings(n: int, length: int, token_ids: Sequence[int], seed: int = 0) -> list[SFTExample]:
-  """``n`` strings of ``length`` tokens drawn uniformly from ``token_ids``, each written twice, the
-  second copy trained from its second token on (its first does not follow from anything before
-  it). Predicting the repeat takes the look-up a copy needs (attend to where the current token
-  occurred before, write the token after it), on data dense enough for a tiny model to form it
-  within a few hundred steps. Deterministic for ``seed``."""
-  if length < 2:
-    raise ValueError(f"length: expected an integer >= 2, got {length}")
+def repeat_strings(n: int, length: int, token_ids: Sequence[int], seed: int = 0, min_length: int | None = None,
+                   gap: int = 0) -> list[SFTExample]:
+  """``n`` strings of ``min_length``..``length`` tokens (each length equally likely; all ``length``
+  by default) drawn uniformly from ``token_ids``, each written twice with 0..``gap`` random tokens
+  between the copies, the second copy trained from its second token on (its first does not follow
+  from anything before it). Predicting the repeat takes the look-up a copy needs (attend to where
+  the current token occurred before, write the token after it), on data dense enough for a tiny
+  model to learn within a few hundred steps. With one length and no gap a repeat can also be
+  predicted from a fixed distance back, which a tiny model learns instead and which copies nothing
+  else (the research log, 2026-12-07); varied lengths or gaps leave only the look-up. Deterministic
+  for ``seed``."""
+  lo = length if min_length is None else min_length
+  if not 2 <= lo <= length:
+    raise ValueError(f"length, min_length: expected 2 <= min_length <= length, got {lo}, {length}")
+  if gap < 0:
+    raise ValueError(f"gap: expected an integer >= 0, got {gap}")
   ids = np.asarray(sorted(set(int(i) for i in token_ids)))
   if len(ids) < 2:
     raise ValueError(f"token_ids: expected at least 2 distinct ids, got {len(ids)}")
   rng = np.random.default_rng([seed, 11])
-  mask = (False,) * (length + 1) + (True,) * (length - 1)
+  varied = lo < length or gap > 0
   out = []
   for k in range(n):
-    x = tuple(int(i) for i in rng.choice(ids, size=length))
-    out.append(SFTExample(f"repeat_{k}", "repeat", x + x, mask))
+    size = int(rng.integers(lo, length + 1)) if varied else length
+    x = tuple(int(i) for i in rng.choice(ids, size=size))
+    fill = tuple(int(i) for i in rng.choice(ids, size=int(rng.integers(0, gap + 1)))) if varied else ()
+    mask = (False,) * (size + len(fill) + 1) + (True,) * (size - 1)
+    out.append(SFTExample(f"repeat_{k}", "repeat", x + fill + x, mask))
   return out
 
 
