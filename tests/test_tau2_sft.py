@@ -246,6 +246,19 @@ def test_repeat_strings_train_the_second_copy_of_a_random_string():
   assert len({e.token_ids for e in reps}) == 30  # 5 ** 6 strings: no two drawn alike here
   assert [e.token_ids for e in td.repeat_strings(30, 6, ids, seed=2)] == [e.token_ids for e in reps]
   assert [e.token_ids for e in td.repeat_strings(30, 6, ids, seed=3)] != [e.token_ids for e in reps]
+  varied = td.repeat_strings(200, 6, ids, seed=2, min_length=3, gap=4)
+  sizes, gaps = set(), set()
+  for e in varied:  # x, up to 4 random tokens, x again; the second x trained from its second token
+    size = sum(e.loss_mask) + 1
+    x, gap = e.token_ids[:size], len(e.token_ids) - 2 * size
+    assert e.token_ids[-size:] == x and e.loss_mask == (False,) * (size + gap + 1) + (True,) * (size - 1)
+    sizes.add(size)
+    gaps.add(gap)
+  assert sizes == {3, 4, 5, 6} and gaps == {0, 1, 2, 3, 4}
+  with pytest.raises(ValueError, match="min_length"):
+    td.repeat_strings(1, 4, ids, min_length=5)
+  with pytest.raises(ValueError, match="gap"):
+    td.repeat_strings(1, 4, ids, gap=-1)
   with pytest.raises(ValueError, match="length"):
     td.repeat_strings(1, 1, ids)
   with pytest.raises(ValueError, match="token_ids"):
@@ -294,11 +307,15 @@ def test_the_copy_stage_warms_up_on_repeats_then_mixes_them_into_the_drills(epis
   assert out["check_examples"] == 3 and [c["step"] for c in out["held_out"]] == [1, 2]
   assert all(0 <= c["repeats"] <= 1 and 0 <= c["lookups"] <= 1 and 0 <= c["exact"] <= c["tokens"] <= 1
              for c in out["held_out"])
-  assert set(out["warmup"]["fresh_right"]) == {"repeats", "lookups"}
+  assert set(out["warmup"]["fresh_right"]) == {"repeats", "repeats_varied", "lookups"}
   assert any(line.startswith("warm-up on random strings: 2 steps") for line in logs)
   with pytest.raises(ConfigError, match="copy_stage.warmup_steps"):
     build_config.load_tau2(None, ["copy_stage.warmup_steps=5"])
   assert build_config.load_tau2(None, ["copy_stage.warmup_steps=5", "copy_stage.lookups=1"]).copy_stage.lookups == 1
+  with pytest.raises(ConfigError, match="copy_stage.repeat_min_len"):
+    build_config.load_tau2(None, ["copy_stage.repeat_min_len=64"])
+  with pytest.raises(ConfigError, match="copy_stage.repeat_gap"):
+    build_config.load_tau2(None, ["copy_stage.repeat_gap=-2"])
   with pytest.raises(ConfigError, match="copy_stage.lookup_key_len"):
     build_config.load_tau2(None, ["copy_stage.lookup_key_len=0"])
   with pytest.raises(ConfigError, match="copy_stage.repeat_len"):
@@ -482,7 +499,7 @@ def test_quick_build_writes_a_policy_its_card_and_the_held_out_checks(quick_buil
                         "data.resolve_share=1.0", "data.repeats=12", "copy_stage.repeat_len=8", "data.lookups=5"]) == 0
   m2 = json.loads((out2 / "metrics.json").read_text())
   assert m2["data"]["kinds"]["repeat"] == 12 and m2["data"]["kinds"]["lookup"] == 5
-  assert set(m2["sft"]["fresh_right"]) == {"repeats", "lookups"} and all(0 <= v <= 1 for v in m2["sft"]["fresh_right"].values())
+  assert set(m2["sft"]["fresh_right"]) == {"repeats", "repeats_varied", "lookups"} and all(0 <= v <= 1 for v in m2["sft"]["fresh_right"].values())
   assert (out2 / "policy" / "tokenizer.json").read_text() == (policy / "tokenizer.json").read_text()
   _, cfg2 = from_pretrained(str(out2 / "policy"))
   assert cfg2 == cfg
