@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -309,17 +310,7 @@ def test_the_copy_stage_warms_up_on_repeats_then_mixes_them_into_the_drills(epis
              for c in out["held_out"])
   assert set(out["warmup"]["fresh_right"]) == {"repeats", "repeats_varied", "lookups"}
   assert any(line.startswith("warm-up on random strings: 2 steps") for line in logs)
-  with pytest.raises(ConfigError, match="copy_stage.warmup_steps"):
-    build_config.load_tau2(None, ["copy_stage.warmup_steps=5"])
   assert build_config.load_tau2(None, ["copy_stage.warmup_steps=5", "copy_stage.lookups=1"]).copy_stage.lookups == 1
-  with pytest.raises(ConfigError, match="copy_stage.repeat_min_len"):
-    build_config.load_tau2(None, ["copy_stage.repeat_min_len=64"])
-  with pytest.raises(ConfigError, match="copy_stage.repeat_gap"):
-    build_config.load_tau2(None, ["copy_stage.repeat_gap=-2"])
-  with pytest.raises(ConfigError, match="copy_stage.lookup_key_len"):
-    build_config.load_tau2(None, ["copy_stage.lookup_key_len=0"])
-  with pytest.raises(ConfigError, match="copy_stage.repeat_len"):
-    build_config.load_tau2(None, ["copy_stage.repeats=5", "copy_stage.repeat_len=1"])
 
 
 @pytest.mark.parametrize("domain", ["retail"])
@@ -347,27 +338,23 @@ def test_mix_and_config_errors_name_the_field():
     td.Tau2Mix(continue_share=1.5)
   with pytest.raises(ValueError, match="correction"):
     td.Tau2Mix(correction="oracle")
-  with pytest.raises(ConfigError, match="data.holdout"):
-    build_config.load_tau2(None, ["data.holdout=600"])
-  with pytest.raises(ConfigError, match="eval.max_turns"):
-    build_config.load_tau2(None, ["eval.max_turns=0"])
-  with pytest.raises(ConfigError, match="data.repeats"):
-    build_config.load_tau2(None, ["data.repeats=-1"])
-  with pytest.raises(ConfigError, match="data.nope"):
-    build_config.load_tau2(None, ["data.nope=1"])
-  with pytest.raises(ConfigError, match="tokenizer.pattern"):
-    build_config.load_tau2(None, ["tokenizer.pattern=bytes"])
-  with pytest.raises(ConfigError, match="copy_stage.cut"):
-    build_config.load_tau2(None, ["copy_stage.cut=maybe"])
+  bad = [("data.holdout", ["data.holdout=600"]), ("eval.max_turns", ["eval.max_turns=0"]),
+         ("data.repeats", ["data.repeats=-1"]), ("data.nope", ["data.nope=1"]),
+         ("tokenizer.pattern", ["tokenizer.pattern=bytes"]), ("copy_stage.cut", ["copy_stage.cut=maybe"]),
+         ("copy_stage.loss", ["copy_stage.loss=values"]), ("tokenizer.value_type_init", ["tokenizer.value_type_init=-1"]),
+         ("copy_stage.warmup_steps", ["copy_stage.warmup_steps=5"]),
+         ("copy_stage.repeat_min_len", ["copy_stage.repeat_min_len=64"]),
+         ("copy_stage.repeat_gap", ["copy_stage.repeat_gap=-2"]),
+         ("copy_stage.lookup_key_len", ["copy_stage.lookup_key_len=0"]),
+         ("copy_stage.repeat_len", ["copy_stage.repeats=5", "copy_stage.repeat_len=1"])]
+  for key, overrides in bad:
+    with pytest.raises(ConfigError, match=re.escape(key)):
+      build_config.load_tau2(None, overrides)
   assert build_config.load_tau2(None, ["copy_stage.cut=true"]).copy_stage.cut is True
-  with pytest.raises(ConfigError, match="copy_stage.loss"):
-    build_config.load_tau2(None, ["copy_stage.loss=values"])
   assert build_config.load_tau2(None, ["copy_stage.loss=all"]).copy_stage.loss == "all"
   cfg = build_config.load_tau2(None, ["train.epochs=1.5"], quick=True)
   assert cfg.train.epochs == 1.5 and cfg.model.hidden == 32 and cfg.data.holdout == 40
   assert cfg.tokenizer.pattern == "words" and build_config.load_tau2(None, ["tokenizer.pattern=digits"]).tokenizer.pattern == "digits"
-  with pytest.raises(ConfigError, match="tokenizer.value_type_init"):
-    build_config.load_tau2(None, ["tokenizer.value_type_init=-1"])
 
 
 def test_the_digits_pattern_gives_every_digit_of_an_id_its_own_token(episodes):
