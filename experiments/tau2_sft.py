@@ -14,8 +14,10 @@ overrides. Training tasks are the domain's generated ones (``envs.tau2.generate`
 are the test split and are never read here): the first ``data.num_train``, of which the last
 ``data.holdout`` are the RL validation split and are kept out of SFT. The build trains the tokenizer
 (``telecom_sft_data.TELECOM_PATTERN``) on the episodes and the condensed system prompt, a tiny Qwen3
-from a seed, optionally a copy stage (``copy_stage.steps``: copy drills alone until held-out drill
-turns are copied exactly at ``copy_stage.target``), SFT on the mix of ``rti_jax.policy.tau2_sft_data`` (gold replays, the transfer at the
+from a seed, optionally a copy stage (``copy_stage.steps``: copy drills until held-out drill turns
+are copied exactly at ``copy_stage.target``, with ``copy_stage.repeats`` random strings written twice
+mixed in, of varied length and gap so that only a look-up predicts them: the research log,
+2026-12-07), SFT on the mix of ``rti_jax.policy.tau2_sft_data`` (gold replays, the transfer at the
 first write confirmation, corrections, decision-free tails), then writes the HF checkpoint
 (``--policy-dir``, default ``<out>/policy``) with ``build.json`` and a card (``README.md``), and
 measures the policy with the real sampler and rollout engine on held-out training tasks:
