@@ -364,7 +364,7 @@ def repeat_strings(n: int, length: int, token_ids: Sequence[int], seed: int = 0,
   if len(ids) < 2:
     raise ValueError(f"token_ids: expected at least 2 distinct ids, got {len(ids)}")
   rng = np.random.default_rng([seed, 11])
-  varied = lo < length or gap > 0
+  varied = lo < length or gap > 0  # one length, no gap: draw nothing more, so earlier builds' strings stay the same
   out = []
   for k in range(n):
     size = int(rng.integers(lo, length + 1)) if varied else length
