@@ -37,7 +37,7 @@ def test_mix_uses_train_tasks_and_each_kind(setup):
   assert not {e.task_id for e in examples} & {t.task_id for t in bench.test}
   kinds = collections.Counter(e.kind for e in examples)
   own = {"name_swap", "swap_episode", "swap_trusting", "swap_resolve_ctx", "swap_correction", "check_drill",
-         "validator", "verifier", "replay", "repeat", "lookup"}  # made by sft_swap, judge_sft and tau2's copy stage
+         "validator", "verifier", "replay", "repeat", "lookup", "retry"}  # made by sft_swap, judge_sft and tau2's builds
   # those are made by their own functions; resolve_tail only with complete_share > 0 (its own test)
   assert set(kinds) == set(sft_data.KINDS) - own - {"resolve_tail"}
   need = [t for t in tasks if t.needs_disambiguation]

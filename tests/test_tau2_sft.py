@@ -159,6 +159,52 @@ def test_copy_drills_swap_every_copied_value_and_train_one_turn(episodes, format
 
 
 @pytest.mark.parametrize("domain", DOMAINS)
+def test_retries_answer_the_tools_own_error_with_the_gold_call(episodes, formatter, domain):
+  """A retry: a read call with one value wrong, the tool's error for it (replayed here through a
+  fresh env, independently of the builder), then the gold call, the only trained turn."""
+  env, eps = episodes[domain]
+  tok = formatter.tokenizer
+  retries, skipped = td.retry_examples(eps, env, formatter, 30, seed=2)
+  assert len(retries) + skipped == 30 and len(retries) >= 25
+  assert td.retry_examples(eps, env, formatter, 30, seed=2) == (retries, skipped)
+  gold_calls = {ep.task.task_id: [m["content"] for m in ep.good if m["role"] == "assistant"] for ep in eps}
+  writes = set(bridge.tool_info(domain)[1])
+  fresh = td.make_env(domain)
+  tasks = {ep.task.task_id: ep.task for ep in eps}
+  for ex in retries:
+    text = tok.decode(list(ex.token_ids))
+    assert ex.kind == "retry" and "<|im_start|>system" not in text
+    first = ex.loss_mask.index(True)
+    assert all(ex.loss_mask[first:])  # one trained turn, at the end
+    right = tok.decode(list(ex.token_ids[first:])).replace("<|im_end|>", "").strip()
+    assert right in gold_calls[ex.task_id]
+    calls = re.findall(r"<tool_call>.*?</tool_call>", text, flags=re.S)
+    wrong = calls[-2]
+    assert wrong != right and td._turn_call(wrong)[0] == td._turn_call(right)[0] not in writes
+    # the tool refuses the wrong call: played after the same gold prefix in a fresh env
+    fresh.reset(tasks[ex.task_id])
+    for turn in gold_calls[ex.task_id][:gold_calls[ex.task_id].index(right)]:
+      fresh.step(turn)
+    fresh.step(wrong)
+    assert str(fresh.transcript.messages[-1]["content"]).startswith("Error"), fresh.transcript.messages[-1]
+  assert td.retry_examples(eps, env, formatter, 0, seed=2) == ([], 0)
+
+
+def test_a_wrong_value_differs_from_the_right_one_and_keeps_its_shape():
+  import numpy as np
+
+  rng = np.random.default_rng(0)
+  for v in ["#W2378156", "Ethan", "mia_garcia_4516", "77243"]:
+    for _ in range(50):
+      w = td._wrong_value(v, [], rng)
+      assert w != v and len(w) == len(v)
+      assert sum(a != b for a, b in zip(v, w)) == 1
+      assert [c.isdigit() for c in w] == [c.isdigit() for c in v] and [c.isupper() for c in w] == [c.isupper() for c in v]
+  picks = {td._wrong_value("Ethan", ["Ethan", "Mia", "Yusuf"], rng) for _ in range(200)}
+  assert {"Mia", "Yusuf"} <= picks and "Ethan" not in picks
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
 def test_short_copy_drills_keep_the_last_messages_that_show_every_copied_value(episodes, formatter, domain):
   """copy_stage.context: the same drills (same turns, same swaps) on a suffix of the conversation
   that still shows every value the turn copies and starts at a user turn, none later would do

@@ -25,6 +25,12 @@ context, the turns after it trained: after an accepted correction the policy goe
 intervention pipeline builds it with the rule Validator's verdict on the mistaken draft -> the
 gold confirmation, trained on the target only).
 
+Retries (``retry_examples``, kind ``retry``): the gold episodes never show a tool error, and a tiny
+policy's first wrong look-up (a name or a zip code one token off) left it writing broken calls
+until the turn limit. A retry is a gold prefix up to a read call, that call first sent with one
+copied value wrong (another of its kind, or one character changed) and answered by the tool's own
+error, then the gold call, the only turn trained.
+
 Copy drills (``copy_drills``, kind ``name_swap``): a tiny model trained on the mix alone writes
 names, zip codes and ids it has seen in training instead of the ones in front of it (the first build's
 samples called ``find_user_id_by_name_zip`` with another customer's name). A drill is a gold prefix,
@@ -39,6 +45,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from rti_jax.envs.tau2 import bridge
 from rti_jax.envs.tau2.agents import GoldAgent, tool_call_text
 from rti_jax.envs.tau2.condensed import TRANSFER_MESSAGE
 from rti_jax.envs.tau2.env import Tau2Env
@@ -469,3 +476,108 @@ def copy_drills(episodes: Sequence[Episodes], formatter: ChatFormatter, n: int, 
     ids, mask = encode_messages(formatter, messages, trained)
     out.append(without_system_turn(formatter, SFTExample(ep.task.task_id, "name_swap", tuple(ids), tuple(mask))))
   return out
+
+
+def _wrong_value(v: str, pool: Sequence[str], rng: np.random.Generator) -> str:
+  """A wrong stand-in for ``v``: half the time another value of its kind from ``pool`` (if there is
+  one), else ``v`` with one letter or digit changed to another of its class (case kept)."""
+  others = [x for x in pool if x != v]
+  if others and rng.random() < 0.5:
+    return others[int(rng.integers(len(others)))]
+  spots = [i for i, c in enumerate(v) if c.isalnum() and c.isascii()]
+  if not spots:
+    return v + "0"
+  i = spots[int(rng.integers(len(spots)))]
+  c = v[i]
+  alphabet = "0123456789" if c.isdigit() else "abcdefghijklmnopqrstuvwxyz"
+  new = c
+  while new.lower() == c.lower():
+    new = alphabet[int(rng.integers(len(alphabet)))]
+  return v[:i] + (new.upper() if c.isupper() else new) + v[i + 1:]
+
+
+def _replace_leaf(args: Any, old: str, new: str) -> Any:
+  if isinstance(args, dict):
+    return {k: _replace_leaf(x, old, new) for k, x in args.items()}
+  if isinstance(args, list):
+    return [_replace_leaf(x, old, new) for x in args]
+  return new if args == old else args
+
+
+class RetryAgent:
+  """``GoldAgent`` whose ``at``-th plan step (a call) is sent first as ``wrong`` (a call text), then
+  as planned."""
+
+  def __init__(self, task: Any, at: int, wrong: str) -> None:
+    self.gold = GoldAgent(task)
+    self.at, self.wrong, self.sent = at, wrong, False
+
+  def act(self, messages: list[Message]) -> str:
+    if self.gold._i == self.at and not self.sent:
+      self.sent = True
+      return self.wrong
+    return self.gold.act(messages)
+
+
+def retry_examples(episodes: Sequence[Episodes], env: Tau2Env, formatter: ChatFormatter, n: int, seed: int = 0,
+                   ) -> tuple[list[SFTExample], int]:
+  """``n`` examples (no system turn, kind ``retry``; module docstring) of a read call that the tool
+  refused, then the gold call, the only trained turn; each played through ``env`` so the error is
+  the tool's own. A wrong value the tool accepts (another customer's order id, say) is drawn again,
+  at most 8 times, then the draw is skipped. Returns the examples and the skipped draws.
+  Deterministic for ``seed``."""
+  from rti_jax.policy.sft_example import without_system_turn
+
+  rng = np.random.default_rng([seed, 17])
+  writes = set(bridge.tool_info(env.domain)[1])
+  targets: list[tuple[Episodes, int, tuple[str, Any], list[tuple[str, str]]]] = []
+  pool: dict[str, set[str]] = {}
+  for ep in episodes:
+    if not ep.ok:
+      continue
+    plan = GoldAgent(ep.task).plan
+    for k, (kind, what) in enumerate(plan):
+      if kind != "call" or what[0] in writes or what[0] == TRANSFER:
+        continue
+      values = _copied_values(what)
+      for key, v in values:
+        pool.setdefault(key, set()).add(v)
+      if values:
+        targets.append((ep, k, what, values))
+  pools = {k: sorted(v) for k, v in pool.items()}
+  out: list[SFTExample] = []
+  skipped = 0
+  for _ in range(n if targets else 0):
+    ep, k, (name, args), values = targets[int(rng.integers(len(targets)))]
+    for _try in range(8):
+      key, v = values[int(rng.integers(len(values)))]
+      wrong = tool_call_text(name, _replace_leaf(args, v, _wrong_value(v, pools[key], rng)))
+      messages = play_until_retry(env, RetryAgent(ep.task, k, wrong), ep.task)
+      if messages is not None:
+        break
+    else:
+      skipped += 1
+      continue
+    trained = [False] * (len(assistant_indices(messages)) - 1) + [True]
+    ids, mask = encode_messages(formatter, messages, trained)
+    out.append(without_system_turn(formatter, SFTExample(ep.task.task_id, "retry", tuple(ids), tuple(mask))))
+  return out, skipped
+
+
+def play_until_retry(env: Tau2Env, agent: RetryAgent, task: Any) -> list[Message] | None:
+  """The messages of ``agent``'s episode up to its retry (the gold call after the wrong one), or
+  None when the tool did not answer the wrong call with an error."""
+  messages = env.reset(task)
+  while True:
+    text = agent.act(messages)
+    result = env.step(text)
+    messages = env.transcript.messages
+    if agent.sent and text == agent.wrong:
+      if not str(messages[-1]["content"]).startswith("Error"):
+        return None
+      continue
+    if agent.sent:
+      last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+      return list(messages[:last + 1])
+    if result.done:
+      return None
