@@ -98,7 +98,8 @@ def build_data(domain: str, cfg: Tau2SFTConfig, log: Any, tok: Any = None) -> di
   log(f"played {len(episodes)} tasks' gold and mistaken episodes in {time.time() - t0:.0f}s")
   value_ids: list[int] = []
   if tok is None:
-    pattern = {"digits": td.DIGIT_PATTERN, "values": td.VALUE_PATTERN}.get(cfg.tokenizer.pattern, TELECOM_PATTERN)
+    pattern = {"digits": td.DIGIT_PATTERN, "values": td.VALUE_PATTERN,
+               "spaced": td.SPACED_PATTERN}.get(cfg.tokenizer.pattern, TELECOM_PATTERN)
     tok = build_tokenizer(td.corpus_texts(episodes, env, data.correction), cfg.tokenizer.vocab, pattern=pattern)
     if cfg.tokenizer.pattern == "values":
       tok, value_ids = add_whole_pretokens(tok, td.database_values(domain))

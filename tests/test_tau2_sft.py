@@ -427,6 +427,48 @@ def test_the_digits_pattern_gives_every_digit_of_an_id_its_own_token(episodes):
   assert sum(len(words.encode(" " + i, add_special_tokens=False)) for i in ids) < sum(map(len, pieces.values()))
 
 
+def test_the_spaced_pattern_writes_a_value_with_the_same_tokens_where_it_is_said_and_where_it_is_copied(episodes):
+  """``tokenizer.pattern=spaced``: every value a gold call copies is, token for token, a run of the
+  tokens of the latest earlier message that shows it (the user's sentence or a tool's reply), so a
+  copy is a look-up; under ``DIGIT_PATTERN`` names, zip codes and emails are not (their first token
+  carries the space before them in the sentence, the quote in the call)."""
+  import re
+
+  from rti_jax.policy.tokenizer import build_tokenizer
+
+  env, played = episodes["retail"]
+  texts = td.corpus_texts(played, env, "feedback")
+  for pattern, spaced in ((td.SPACED_PATTERN, True), (td.DIGIT_PATTERN, False)):
+    tok = build_tokenizer(texts, 4096, pattern=pattern)
+    enc = lambda t: tok.encode(t, add_special_tokens=False)  # noqa: E731
+    found, missed = 0, []
+    for ep in played:
+      for k, m in enumerate(ep.good):
+        call = td._turn_call(str(m["content"])) if m["role"] == "assistant" else None
+        for key, v in td._copied_values(call) if call else []:
+          shown = td._latest_showing(ep.good[:k + 1], v)
+          if shown is None:
+            continue
+          in_call = re.search(r'"%s": "(%s)"' % (key, re.escape(v)), str(m["content"]))
+          if in_call is None:  # a list's items
+            continue
+          call_ids = enc(str(m["content"]))
+          prefix = enc(str(m["content"])[:in_call.start(1)])
+          value_ids = call_ids[len(prefix):len(prefix) + len(enc(str(m["content"])[:in_call.end(1)])) - len(prefix)]
+          source = enc(str(ep.good[shown]["content"]))
+          hit = any(source[i:i + len(value_ids)] == value_ids for i in range(len(source)))
+          found += hit
+          if not hit:
+            missed.append((key, v))
+    if spaced:
+      assert found > 40 and not missed, missed[:5]
+    else:
+      assert {"first_name", "last_name", "zip"} <= {k for k, _ in missed}
+  tok = build_tokenizer(texts, 4096, pattern=td.SPACED_PATTERN)
+  for text in texts[:50]:
+    assert tok.decode(tok.encode(text, add_special_tokens=False)) == text
+
+
 def test_the_values_pattern_makes_every_database_value_one_token_wherever_it_appears(episodes):
   """``tokenizer.pattern=values``: with the Retail database's values added whole, every value the
   episodes' calls copy is one token, the same token in the user's or tool's text as in the call's

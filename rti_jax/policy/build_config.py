@@ -287,7 +287,8 @@ class Tau2TokenizerConfig:
   # the pre-tokenizer: "words" (telecom_sft_data.TELECOM_PATTERN: an id such as W2378156 is one
   # pre-token, so several BPE pieces of varying length) | "digits" (tau2_sft_data.DIGIT_PATTERN:
   # letters, digits one at a time, so an id is copied one digit at a time) | "values"
-  # (tau2_sft_data.VALUE_PATTERN, and every value of the domain's database one token)
+  # (tau2_sft_data.VALUE_PATTERN, and every value of the domain's database one token) | "spaced"
+  # (tau2_sft_data.SPACED_PATTERN: "digits" with a value the same tokens wherever it appears)
   pattern: str = "words"
   # with "values": norm of a shared direction added to the value tokens' embeddings at init
   # (sft.add_type_direction: "this token is a value"; 0 = off)
@@ -390,8 +391,8 @@ def validate_tau2(cfg: Tau2SFTConfig) -> Tau2SFTConfig:
   """Checks choices and ranges; raises ``ConfigError`` naming the key."""
   _check_finite(cfg)
   _check(cfg.tokenizer.vocab >= 512, "tokenizer.vocab", "an integer >= 512", cfg.tokenizer.vocab)
-  _check(cfg.tokenizer.pattern in ("words", "digits", "values"), "tokenizer.pattern", "words, digits or values",
-         cfg.tokenizer.pattern)
+  _check(cfg.tokenizer.pattern in ("words", "digits", "values", "spaced"), "tokenizer.pattern",
+         "words, digits, values or spaced", cfg.tokenizer.pattern)
   _check(cfg.tokenizer.value_type_init >= 0, "tokenizer.value_type_init", ">= 0", cfg.tokenizer.value_type_init)
   _check_model(cfg.model)
   for key in ("resolve_share", "continue_share", "complete_share", "correction_share", "mix_share"):
