@@ -112,7 +112,8 @@ def build_data(domain: str, cfg: Tau2SFTConfig, log: Any, tok: Any = None) -> di
     keep = np.random.default_rng([cfg.seed, 3]).random(len(examples)) < data.mix_share
     examples = [e for e, k in zip(examples, keep) if k]
   examples += td.copy_drills(episodes, fmt, data.copy_drills, seed=cfg.seed)
-  retries, counts["retries_skipped"] = td.retry_examples(episodes, env, fmt, data.retries, seed=cfg.seed)
+  retries, counts["retries_skipped"] = td.retry_examples(episodes, env, fmt, data.retries, seed=cfg.seed,
+                                                        confirmations=data.confirm_retries)
   examples += retries
   examples += synthetic_strings(cfg, tok, data.repeats, data.lookups, cfg.seed + 12)
   longest_turn = max(len(fmt.encode_assistant(m["content"])) for ep in episodes for m in ep.good

@@ -190,6 +190,37 @@ def test_retries_answer_the_tools_own_error_with_the_gold_call(episodes, formatt
   assert td.retry_examples(eps, env, formatter, 0, seed=2) == ([], 0)
 
 
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_confirmation_retries_follow_the_users_refusal_with_the_gold_confirmation(episodes, formatter, domain):
+  """A confirmation retry: the write's confirmation with one value wrong, the scripted user's
+  refusal (replayed in a fresh env), then the gold confirmation, the only trained turn; the read
+  retries drawn before them are the same as without them."""
+  env, eps = episodes[domain]
+  tok = formatter.tokenizer
+  reads, _ = td.retry_examples(eps, env, formatter, 10, seed=2)
+  both, skipped = td.retry_examples(eps, env, formatter, 10, seed=2, confirmations=20)
+  assert both[:len(reads)] == reads
+  confirms = both[len(reads):]
+  assert len(confirms) + skipped >= 20 and len(confirms) >= 15
+  gold_turns = {ep.task.task_id: [m["content"] for m in ep.good if m["role"] == "assistant"] for ep in eps}
+  tasks = {ep.task.task_id: ep.task for ep in eps}
+  fresh = td.make_env(domain)
+  for ex in confirms:
+    first = ex.loss_mask.index(True)
+    assert all(ex.loss_mask[first:])
+    right = tok.decode(list(ex.token_ids[first:])).replace("<|im_end|>", "").strip()
+    assert right.startswith(td.CONFIRM_PREFIX) and right in gold_turns[ex.task_id]
+    context = tok.decode(list(ex.token_ids[:first]))
+    wrong = context.split("<|im_start|>assistant\n")[-2].split("<|im_end|>")[0]  # the turn before the trained one
+    assert wrong.startswith(td.CONFIRM_PREFIX) and wrong != right
+    fresh.reset(tasks[ex.task_id])
+    for turn in gold_turns[ex.task_id][:gold_turns[ex.task_id].index(right)]:
+      fresh.step(turn)
+    fresh.step(wrong)
+    reply = fresh.transcript.messages[-1]
+    assert reply["role"] == "user" and reply["content"].startswith("No") and reply["content"] in context
+
+
 def test_a_wrong_value_differs_from_the_right_one_and_keeps_its_shape():
   import numpy as np
 

@@ -215,6 +215,7 @@ class Tau2DataConfig:
   mix_share: float = 1.0  # the share of the tasks' examples above kept (a continuing stage may keep fewer)
   copy_drills: int = 0  # short copy drills without the system turn (tau2_sft_data.copy_drills)
   retries: int = 0  # a read call refused by the tool for a wrong value, then the right call (tau2_sft_data.retry_examples)
+  confirm_retries: int = 0  # a confirmation with a wrong value refused by the user, then the right one (likewise)
   # random token strings written twice (sized by copy_stage.repeat_*, tau2_sft_data.repeat_strings)
   # mixed into the SFT examples, so the look-up the copy stage's repeats teach is kept through the mix
   repeats: int = 0

@@ -29,7 +29,8 @@ Retries (``retry_examples``, kind ``retry``): the gold episodes never show a too
 policy's first wrong look-up (a name or a zip code one token off) left it writing broken calls
 until the turn limit. A retry is a gold prefix up to a read call, that call first sent with one
 copied value wrong (another of its kind, or one character changed) and answered by the tool's own
-error, then the gold call, the only turn trained.
+error, then the gold call, the only turn trained; likewise a write's confirmation with one value
+wrong, refused by the scripted user, then the gold confirmation.
 
 Copy drills (``copy_drills``, kind ``name_swap``): a tiny model trained on the mix alone writes
 names, zip codes and ids it has seen in training instead of the ones in front of it (the first build's
@@ -528,39 +529,49 @@ class RetryAgent:
 
 
 def retry_examples(episodes: Sequence[Episodes], env: Tau2Env, formatter: ChatFormatter, n: int, seed: int = 0,
-                   ) -> tuple[list[SFTExample], int]:
+                   confirmations: int = 0) -> tuple[list[SFTExample], int]:
   """``n`` examples (no system turn, kind ``retry``; module docstring) of a read call that the tool
   refused, then the gold call, the only trained turn; each played through ``env`` so the error is
-  the tool's own. A wrong value the tool accepts (another customer's order id, say) is drawn again,
-  at most 8 times, then the draw is skipped. Returns the examples and the skipped draws.
-  Deterministic for ``seed``."""
+  the tool's own. Then ``confirmations`` more of a write's confirmation with one value wrong, which
+  the scripted user refuses (restating the request), then the gold confirmation. A wrong value the
+  tool or the user accepts (another customer's order id, say) is drawn again, at most 8 times, then
+  the draw is skipped. Returns the examples and the skipped draws. Deterministic for ``seed``."""
+  from rti_jax.envs.tau2.agents import describe_call
   from rti_jax.policy.sft_example import without_system_turn
 
   rng = np.random.default_rng([seed, 17])
   writes = set(bridge.tool_info(env.domain)[1])
-  targets: list[tuple[Episodes, int, tuple[str, Any], list[tuple[str, str]]]] = []
-  pool: dict[str, set[str]] = {}
+  calls: list[tuple[Episodes, int, tuple[str, Any], list[tuple[str, str]]]] = []
+  confirms: list[tuple[Episodes, int, tuple[str, Any], list[tuple[str, str]]]] = []
+  pool: dict[bool, dict[str, set[str]]] = {False: {}, True: {}}  # values of read calls / of writes
   for ep in episodes:
     if not ep.ok:
       continue
     plan = GoldAgent(ep.task).plan
     for k, (kind, what) in enumerate(plan):
-      if kind != "call" or what[0] in writes or what[0] == TRANSFER:
+      if kind != "call" or what[0] == TRANSFER:
         continue
       values = _copied_values(what)
       for key, v in values:
-        pool.setdefault(key, set()).add(v)
-      if values:
-        targets.append((ep, k, what, values))
-  pools = {k: sorted(v) for k, v in pool.items()}
+        pool[what[0] in writes].setdefault(key, set()).add(v)
+      if not values:
+        continue
+      if what[0] not in writes:
+        calls.append((ep, k, what, values))
+      elif k > 0 and plan[k - 1][0] == "say" and str(plan[k - 1][1]).startswith(CONFIRM_PREFIX):
+        confirms.append((ep, k - 1, what, values))
+  pools = {w: {k: sorted(v) for k, v in p.items()} for w, p in pool.items()}
   out: list[SFTExample] = []
   skipped = 0
-  for _ in range(n if targets else 0):
+  draws = [(calls, "Error")] * (n if calls else 0) + [(confirms, "No")] * (confirmations if confirms else 0)
+  for targets, refusal in draws:
     ep, k, (name, args), values = targets[int(rng.integers(len(targets)))]
     for _try in range(8):
       key, v = values[int(rng.integers(len(values)))]
-      wrong = tool_call_text(name, _replace_leaf(args, v, _wrong_value(v, pools[key], rng)))
-      messages = play_until_retry(env, RetryAgent(ep.task, k, wrong), ep.task)
+      wrong_args = _replace_leaf(args, v, _wrong_value(v, pools[refusal == "No"][key], rng))
+      wrong = (tool_call_text(name, wrong_args) if refusal == "Error"
+               else f"{CONFIRM_PREFIX} {describe_call(name, wrong_args)}. Shall I proceed (yes/no)?")
+      messages = play_until_retry(env, RetryAgent(ep.task, k, wrong), ep.task, refusal)
       if messages is not None:
         break
     else:
@@ -572,16 +583,16 @@ def retry_examples(episodes: Sequence[Episodes], env: Tau2Env, formatter: ChatFo
   return out, skipped
 
 
-def play_until_retry(env: Tau2Env, agent: RetryAgent, task: Any) -> list[Message] | None:
-  """The messages of ``agent``'s episode up to its retry (the gold call after the wrong one), or
-  None when the tool did not answer the wrong call with an error."""
+def play_until_retry(env: Tau2Env, agent: RetryAgent, task: Any, refusal: str = "Error") -> list[Message] | None:
+  """The messages of ``agent``'s episode up to its retry (the gold turn after the wrong one), or
+  None when the answer to the wrong turn (the tool's or the user's) does not start with ``refusal``."""
   messages = env.reset(task)
   while True:
     text = agent.act(messages)
     result = env.step(text)
     messages = env.transcript.messages
     if agent.sent and text == agent.wrong:
-      if not str(messages[-1]["content"]).startswith("Error"):
+      if not str(messages[-1]["content"]).startswith(refusal):
         return None
       continue
     if agent.sent:
