@@ -47,12 +47,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from rti_jax.envs.tau2 import bridge
-from rti_jax.envs.tau2.agents import GoldAgent, tool_call_text
+from rti_jax.envs.tau2.agents import GoldAgent, describe_call, tool_call_text
 from rti_jax.envs.tau2.condensed import TRANSFER_MESSAGE
 from rti_jax.envs.tau2.env import Tau2Env
 from rti_jax.envs.tool_calls import parse_assistant_turn
 from rti_jax.intervention.prompting import correction_message
-from rti_jax.policy.sft_example import SFTExample, assistant_indices, encode_messages, play, step_context
+from rti_jax.policy.sft_example import (SFTExample, assistant_indices, encode_messages, play, step_context,
+                                        without_system_turn)
 from rti_jax.policy.telecom_sft_data import MixShares, correction_example, tail_example
 from rti_jax.rollout import ChatFormatter
 
@@ -442,8 +443,6 @@ def copy_drills(episodes: Sequence[Episodes], formatter: ChatFormatter, n: int, 
   (``max(context, 0)``), the messages between them dropped."""
   import re
 
-  from rti_jax.policy.sft_example import without_system_turn
-
   rng = np.random.default_rng([seed, 7])
   targets: list[tuple[Episodes, int, list[tuple[str, str]]]] = []
   pool: dict[str, set[str]] = {}
@@ -514,15 +513,15 @@ def _replace_leaf(args: Any, old: str, new: str) -> Any:
 
 
 class RetryAgent:
-  """``GoldAgent`` whose ``at``-th plan step (a call) is sent first as ``wrong`` (a call text), then
-  as planned."""
+  """``GoldAgent`` whose ``at``-th plan step (a call or a confirmation) is sent first as ``wrong``,
+  then as planned."""
 
   def __init__(self, task: Any, at: int, wrong: str) -> None:
     self.gold = GoldAgent(task)
     self.at, self.wrong, self.sent = at, wrong, False
 
   def act(self, messages: list[Message]) -> str:
-    if self.gold._i == self.at and not self.sent:
+    if self.gold._i == self.at and not self.sent:  # _i: the index of the gold plan's next step
       self.sent = True
       return self.wrong
     return self.gold.act(messages)
@@ -536,9 +535,6 @@ def retry_examples(episodes: Sequence[Episodes], env: Tau2Env, formatter: ChatFo
   the scripted user refuses (restating the request), then the gold confirmation. A wrong value the
   tool or the user accepts (another customer's order id, say) is drawn again, at most 8 times, then
   the draw is skipped. Returns the examples and the skipped draws. Deterministic for ``seed``."""
-  from rti_jax.envs.tau2.agents import describe_call
-  from rti_jax.policy.sft_example import without_system_turn
-
   rng = np.random.default_rng([seed, 17])
   writes = set(bridge.tool_info(env.domain)[1])
   calls: list[tuple[Episodes, int, tuple[str, Any], list[tuple[str, str]]]] = []
