@@ -221,6 +221,24 @@ def test_confirmation_retries_follow_the_users_refusal_with_the_gold_confirmatio
     assert reply["role"] == "user" and reply["content"].startswith("No") and reply["content"] in context
 
 
+def test_a_confirmation_retry_may_get_a_cancellations_reason_wrong(formatter):
+  """The reason of a cancellation is picked from tau2's two phrases, not copied: confirmation
+  retries propose the other one (or a misspelt one), which the user refuses, then the right one."""
+  train, _ = split_tasks("retail", "generated", 600)
+  reason = lambda t: next((a["reason"] for n, a in t.required_actions if n == "cancel_pending_order"), None)  # noqa: E731
+  cancels = ([t for t in train[:300] if reason(t) == "no longer needed"][:2]
+             + [t for t in train[:300] if reason(t) == "ordered by mistake"][:2])
+  env = td.make_env("retail")
+  eps = td.play_episodes(cancels, env)
+  retries, _ = td.retry_examples(eps, env, formatter, 0, seed=5, confirmations=60)
+  texts = [formatter.tokenizer.decode(list(e.token_ids)) for e in retries]
+  swapped = [t for t in texts if 'reason: "ordered by mistake"' in t and 'reason: "no longer needed"' in t]
+  assert len(cancels) == 4 and len(swapped) >= 5
+  for t in swapped:
+    right = t.split("<|im_start|>assistant\n")[-1]
+    assert right.startswith(td.CONFIRM_PREFIX) and "<|im_start|>user\nNo" in t
+
+
 def test_a_wrong_value_differs_from_the_right_one_and_keeps_its_shape():
   import numpy as np
 

@@ -279,8 +279,14 @@ def first_derailment(env: Tau2Env, task: Any, messages: Sequence[Message]) -> di
 COPY_KEYS = frozenset({
     "first_name", "last_name", "zip", "email", "user_id", "order_id", "item_ids", "new_item_ids", "product_id",
     "payment_method_id", "address1", "address2", "city", "state", "country", "reservation_id", "flight_number",
-    "date", "dob", "cabin", "origin", "destination",
+    "date", "dob", "cabin", "origin", "destination", "payment_id",
 })
+
+
+#: argument keys of a write whose value the request picks from a fixed set rather than copies
+#: (tau2 Retail's cancellation reason: "no longer needed" or "ordered by mistake", which the user says
+#: in words of their own); a confirmation retry may get one wrong
+CHOSEN_KEYS = frozenset({"reason"})
 
 
 def _copied_values(name_args: tuple[str, Any]) -> list[tuple[str, str]]:
@@ -548,6 +554,8 @@ def retry_examples(episodes: Sequence[Episodes], env: Tau2Env, formatter: ChatFo
       if kind != "call" or what[0] == TRANSFER:
         continue
       values = _copied_values(what)
+      if what[0] in writes:  # and the values a write chooses from a fixed set (a cancellation's reason)
+        values += [(key, v) for key, v in what[1].items() if key in CHOSEN_KEYS and isinstance(v, str)]
       for key, v in values:
         pool[what[0] in writes].setdefault(key, set()).add(v)
       if not values:
