@@ -188,6 +188,10 @@ class OptimConfig:
   # step (same loss and gradient as one padded batch, less padding). 1 = one batch padded to its
   # longest row.
   length_chunks: int = 1
+  # Update lengths are padded to multiples of 128 above 512 tokens (models/shapes.py); with k here,
+  # to multiples of at least 1/k of the power of two below the length: fewer distinct lengths (each
+  # a compilation) for long episodes, at most 1/k of padding (null: the fixed step).
+  length_buckets_per_octave: Optional[int] = None
   # The step's memory model (rti_jax/step_fns.py, docs/benchmarks.md "Memory plan"): per-layer remat
   # (none | full | dots); log-probs vocab_chunk ids at a time (null: full logits); micro-batches of at
   # most tokens_per_device tokens per device, state donated (null: one pass); layers as one scan.
@@ -349,6 +353,9 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
   for key in positive_ints:
     if _get(cfg, key) < 1:
       raise ConfigError(f"{key}: expected an integer >= 1, got {_get(cfg, key)!r}")
+  if cfg.optim.length_buckets_per_octave is not None and cfg.optim.length_buckets_per_octave < 1:
+    raise ConfigError(f"optim.length_buckets_per_octave: expected null or an integer >= 1, "
+                      f"got {cfg.optim.length_buckets_per_octave!r}")
   if not 0 <= cfg.train.val_tasks < cfg.env.num_train:
     raise ConfigError(f"train.val_tasks: expected in [0, env.num_train={cfg.env.num_train}), got {cfg.train.val_tasks}")
   _validate_env_sections(cfg)

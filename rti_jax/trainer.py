@@ -54,9 +54,11 @@ from rti_jax.shapes import UPDATE_BUCKETS, bucket_length
 from rti_jax.sharding import ShardedTrainStep, TrainState, make_mesh, make_train_step
 from rti_jax.step_fns import MemoryModel, forward_logp, tree_add
 
-#: Per-iteration metric keys that depend on wall-clock time (excluded when comparing runs).
+#: Per-iteration metric keys that depend on wall-clock time or on the process (excluded when comparing
+#: runs): ``update/new_shapes`` counts the update's batch shapes (rows, length, trained width) this
+#: process had not yet seen, each a compilation of the step (unless the persistent cache holds it).
 TIMING_KEYS = ("time/rollout_s", "time/intervention_s", "time/update_s", "time/iteration_s", "time/total_s",
-               "tokens_per_s", "time/eval_s")
+               "tokens_per_s", "time/eval_s", "update/new_shapes")
 
 
 def seed_from_key(key: jax.Array) -> int:
@@ -126,6 +128,8 @@ class Trainer:
 
       self.tokenizer.chat_template = qwen3_chat_template(cfg.policy.chat_template)
     self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
+    self._update_shapes: set[tuple[Any, ...]] = set()  # batch shapes the update has compiled (update/new_shapes)
+    self.new_update_shapes = 0
     self.formatter = ChatFormatter(self.tokenizer, self.source.tool_schemas)
     self.backend: GenerationBackend
     if cfg.rollout.backend == "sglang" and distributed.multi_process():
@@ -310,6 +314,7 @@ class Trainer:
         "time/update_s": t_end - t_int,
         "time/iteration_s": t_end - t0,
         "tokens_per_s": num_tokens / max(t_end - t0, 1e-9),
+        "update/new_shapes": self.new_update_shapes,
     }
     record.update(reward_audits(groups))
     record.update(istats.as_dict())
@@ -328,7 +333,8 @@ class Trainer:
     the parameters that drew the rollouts; later steps see a policy that has moved, so the ratio
     and its clip act from the second step on."""
     longest = max(len(t.token_ids) for grp in groups for t in grp)
-    max_len = bucket_length(min(longest, self.cfg.rollout.max_context), **UPDATE_BUCKETS)
+    buckets = {**UPDATE_BUCKETS, "per_octave": self.cfg.optim.length_buckets_per_octave}
+    max_len = bucket_length(min(longest, self.cfg.rollout.max_context), **buckets)
     m, epochs = self.cfg.optim.minibatches, self.cfg.optim.epochs
     if len(groups) % m:
       raise ValueError(f"optim.minibatches: expected a divisor of rollout.tasks_per_iter={len(groups)}, got {m}")
@@ -351,7 +357,7 @@ class Trainer:
       dp = self.train_step.data_parallel_degree
       n = max((c for c in range(1, self.cfg.optim.length_chunks + 1) if rows % c == 0 and (rows // c) % dp == 0),
               default=1)
-      bucket = lambda length: bucket_length(min(length, max_len), **UPDATE_BUCKETS)  # noqa: E731
+      bucket = lambda length: bucket_length(min(length, max_len), **buckets)  # noqa: E731
       chunks = objectives.length_chunks(batch, n, bucket)
       if self.cfg.optim.trained_positions:
         chunks = [objectives.with_trained_positions(c) for c in chunks]
@@ -359,6 +365,10 @@ class Trainer:
         chunks = [self._recompute_behaviour(c, sampling_params) for c in chunks]
       chunks = self.hooks.batch_signals(chunks, sampling_params)  # e.g. AEPO's entropy, OPD's teacher log-probs
       prepared.append([self._device_batch(c) for c in chunks])
+    shapes = {(c.input_ids.shape, None if c.trained_positions is None else c.trained_positions.shape)
+              for chunks in prepared for c in chunks}
+    self.new_update_shapes = len(shapes - self._update_shapes)
+    self._update_shapes |= shapes
     for _ in range(epochs):
       for chunks in prepared:
         if len(chunks) == 1:

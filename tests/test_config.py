@@ -140,7 +140,7 @@ def test_env_tools_in_template_sends_navigation_tools_through_the_chat_template(
 NEGATIVE_OK = {"baselines.aepo_branch_threshold"}
 #: Optional numeric keys (null by default) and a value of the right type that cannot train.
 OPTIONAL_BAD = {"loss.dual_clip": "0.5", "loss.agg_norm": "-3.0", "optim.vocab_chunk": "-2",
-                "optim.tokens_per_device": "0"}
+                "optim.tokens_per_device": "0", "optim.length_buckets_per_octave": "0"}
 
 
 @pytest.mark.parametrize("config", ["navigation", "telecom"])

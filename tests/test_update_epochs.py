@@ -197,3 +197,18 @@ def test_aepo_update_is_the_same_however_the_minibatch_is_cut(tmp_path):
     # equal gradients up to summation order: Adam's steps agree to a small fraction of lr (0.05)
     diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(p, p1))
     assert diff <= 0.1 * 0.05, (name, diff)
+
+
+def test_update_counts_the_batch_shapes_new_to_the_process(toy_policy, tmp_path):
+  """``update/new_shapes``: the first update's shapes are all new (one chunk: one shape), the same
+  groups again compile nothing new; it is in TIMING_KEYS (a resumed process starts from none)."""
+  from rti_jax.trainer import TIMING_KEYS
+
+  trainer = Trainer(_cfg(toy_policy), tmp_path / "t", source=_source(), progress=False)
+  groups = _groups(trainer)
+  trainer.update(groups)
+  assert trainer.new_update_shapes == 1
+  trainer.update(groups)
+  assert trainer.new_update_shapes == 0
+  assert "update/new_shapes" in TIMING_KEYS
+  assert trainer.iterate()["update/new_shapes"] in (0, 1)
