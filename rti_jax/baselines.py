@@ -98,7 +98,7 @@ def make_entropy_fn(graphdef: Any, rest: Any) -> Callable[[Any, jax.Array, jax.A
 
 
 def make_turn_entropy_fn(entropy_fn: Callable[[Any, jax.Array, jax.Array], jax.Array], params: Callable[[], Any],
-                         *, pad_id: int = 0, num_tokens: int = 20,
+                         *, pad_id: int = 0, num_tokens: int = 20, buckets: dict[str, Any] | None = None,
                          ) -> Callable[[Sequence[Sequence[int]], Sequence[Any]], np.ndarray]:
   """AEPO's step entropy for the branching rollout (``aepo_rollout.TurnEntropyFn``), exactly.
 
@@ -106,7 +106,8 @@ def make_turn_entropy_fn(entropy_fn: Callable[[Any, jax.Array, jax.Array], jax.A
   distributions the first ``num_tokens`` tokens of each completion were drawn from, by one
   forward pass of ``entropy_fn`` (``make_entropy_fn``) at ``params()`` (the sampling policy)
   over ``context + completion``. Rows are right-padded with ``pad_id`` to
-  ``shapes.bucket_length`` (the trainer's buckets), and the batch with empty rows to a
+  ``shapes.bucket_length`` with ``buckets`` (the trainer's ``update_buckets``; default
+  ``UPDATE_BUCKETS``), and the batch with empty rows to a
   power of two, so jit compiles few shapes. An empty completion gives 0.
   """
   if num_tokens < 1:
@@ -118,7 +119,7 @@ def make_turn_entropy_fn(entropy_fn: Callable[[Any, jax.Array, jax.Array], jax.A
     if not rows:
       return out
     longest = max(len(a) + len(b) for a, b in rows)
-    length, batch = bucket_length(longest, **UPDATE_BUCKETS), 1
+    length, batch = bucket_length(longest, **(UPDATE_BUCKETS if buckets is None else buckets)), 1
     while batch < len(rows):
       batch *= 2
     ids = np.full((batch, length), pad_id, np.int32)
@@ -381,7 +382,7 @@ class AEPOHooks(MethodHooks):
       )
       self.turn_entropy = (
           make_turn_entropy_fn(self.entropy_fn, lambda: trainer.state.params, pad_id=trainer.pad_id,
-                               num_tokens=bcfg.aepo_entropy_tokens)
+                               num_tokens=bcfg.aepo_entropy_tokens, buckets=trainer.update_buckets)
           if bcfg.aepo_entropy == "exact" else aepo_rollout.surprisal_entropy(bcfg.aepo_entropy_tokens)
       )
 

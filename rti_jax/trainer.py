@@ -128,6 +128,8 @@ class Trainer:
 
       self.tokenizer.chat_template = qwen3_chat_template(cfg.policy.chat_template)
     self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
+    # the padded lengths of the update's chunks (and of AEPO's entropy pass), by optim.length_buckets_per_octave
+    self.update_buckets = {**UPDATE_BUCKETS, "per_octave": cfg.optim.length_buckets_per_octave}
     self._update_shapes: set[tuple[Any, ...]] = set()  # batch shapes the update has compiled (update/new_shapes)
     self.new_update_shapes = 0
     self.formatter = ChatFormatter(self.tokenizer, self.source.tool_schemas)
@@ -333,8 +335,7 @@ class Trainer:
     the parameters that drew the rollouts; later steps see a policy that has moved, so the ratio
     and its clip act from the second step on."""
     longest = max(len(t.token_ids) for grp in groups for t in grp)
-    buckets = {**UPDATE_BUCKETS, "per_octave": self.cfg.optim.length_buckets_per_octave}
-    max_len = bucket_length(min(longest, self.cfg.rollout.max_context), **buckets)
+    max_len = bucket_length(min(longest, self.cfg.rollout.max_context), **self.update_buckets)
     m, epochs = self.cfg.optim.minibatches, self.cfg.optim.epochs
     if len(groups) % m:
       raise ValueError(f"optim.minibatches: expected a divisor of rollout.tasks_per_iter={len(groups)}, got {m}")
@@ -357,7 +358,7 @@ class Trainer:
       dp = self.train_step.data_parallel_degree
       n = max((c for c in range(1, self.cfg.optim.length_chunks + 1) if rows % c == 0 and (rows // c) % dp == 0),
               default=1)
-      bucket = lambda length: bucket_length(min(length, max_len), **buckets)  # noqa: E731
+      bucket = lambda length: bucket_length(min(length, max_len), **self.update_buckets)  # noqa: E731
       chunks = objectives.length_chunks(batch, n, bucket)
       if self.cfg.optim.trained_positions:
         chunks = [objectives.with_trained_positions(c) for c in chunks]

@@ -21,6 +21,7 @@ from rti_jax.envs.base import StepResult
 from rti_jax.generation.base import Completion, SamplingParams
 from rti_jax.policy.tokenizer import byte_tokenizer
 from rti_jax.rollout import ChatFormatter, RolloutConfig, rollout_groups
+from rti_jax.shapes import UPDATE_BUCKETS, bucket_length
 from intervention_doubles import BigramBackend
 from trainer_fixtures import LengthRewardEnv
 
@@ -250,6 +251,11 @@ def test_exact_turn_entropy_reads_the_completion_positions():
   got = fn([[1, 2, 3], [4] * 200, [5]], comps)
   np.testing.assert_allclose(got, [15.0, 7.0, 0.0])
   assert calls == [(4, 256)]  # batch and length padded to powers of two
+  # with the trainer's per-octave rule: 2,100 tokens pad to 2,560 (a quarter of 2,048 a step), not 2,176
+  per_octave = baselines.make_turn_entropy_fn(fake, lambda: None, pad_id=0, num_tokens=2,
+                                              buckets={**UPDATE_BUCKETS, "per_octave": 4})
+  np.testing.assert_allclose(per_octave([[4] * 2099], comps[1:2]), [7.0])
+  assert calls[-1] == (1, 2560) and bucket_length(2100, **UPDATE_BUCKETS) == 2176
 
 
 def test_branching_config_rejects_bad_knobs():
