@@ -73,6 +73,10 @@ def test_options_errors_name_the_field():
     load_config(None, ["env.name=airline", "policy.path=x", "env.airline.user=llm"])
   with pytest.raises(ConfigError, match=r"env\.retail\.reward"):
     load_config(None, ["env.name=airline", "policy.path=x", "env.retail.reward=tau2"])  # another env's section
+  with pytest.raises(ConfigError, match=r"env\.airline\.validator_rules"):
+    load_config(None, ["env.name=airline", "policy.path=x", "env.airline.validator_rules=all"])
+  with pytest.raises(ValueError, match="rules"):
+    Tau2RuleValidator(rules="all")
 
 
 def test_registration_imports_no_tau2_and_a_missing_tau2_names_the_install_command():
@@ -295,6 +299,69 @@ def test_rule_validator_flags_drafts_off_the_gold_path(retail_env):
   # once the gold write is done, ending is fine
   retail_env.step(gold)
   assert validator.validate([_ctx(retail_env, "All done. ###STOP###")])[0].is_valid
+
+
+def _steps_validators():
+  opts = registry.options_of(load_config(None, ["env.name=airline", "policy.path=x",
+                                                "env.airline.validator_rules=steps"]))
+  return registry.rule_roles("airline")[0], registry.rule_roles("airline", opts)[0]
+
+
+def test_the_steps_rules_flag_made_up_ids_and_an_early_claim_of_done(airline_env):
+  """``validator_rules=steps`` also flags a call with an id no user message or tool reply shows
+  (cut, run on, or made up; the right id is fine in any case) and a message saying the request is
+  done before any write; the default rules flag neither (the episode goes on)."""
+  from rti_jax.policy.sft_example import assistant_indices, play, step_context
+
+  outcome, steps = _steps_validators()
+  assert (outcome.rules, steps.rules) == ("outcome", "steps")
+  task = next(t for t in generated_tasks("airline", 600) if t.task_id == "airline-gen-0562")
+  gold = play(airline_env, GoldAgent(task), task)
+  turns = assistant_indices(gold)
+  look = next(i for i in turns if "get_reservation_details" in gold[i]["content"])
+  assert "VJ03FR" in gold[look]["content"] and "VJ03FR" in gold[1]["content"]  # the user wrote it
+
+  def judge(validator, i, draft):
+    return validator.judge(step_context(gold[:i], draft, airline_env, "airline"))
+
+  drafts = [tool_call_text("get_reservation_details", {"reservation_id": rid})
+            for rid in ("VJ03FR", "vj03fr", "VJ03", "VJ03FRX", "VJ0Daiki")]
+  assert [judge(steps, look, d).is_valid for d in drafts] == [True, True, False, False, False]
+  assert all(judge(outcome, look, d).is_valid for d in drafts)
+  cut = judge(steps, look, drafts[2])
+  assert cut.error_types == ("fabricated_id",) and "'VJ03'" in cut.diagnosis and "'VJ03'" in cut.visible_suggest_next
+  write = next(i for i in turns if "update_reservation_flights" in gold[i]["content"])
+  done = "Everything you asked for is done. Is there anything else I can help you with?"
+  before = judge(steps, write - 2, done)  # at the confirmation: nothing written yet
+  assert before.error_types == ("false_completion",) and judge(outcome, write - 2, done).is_valid
+  assert "update_reservation_flights" in before.suggest_next
+  assert "update_reservation_flights" not in before.visible_suggest_next and "VJ03FR" not in before.visible_suggest_next
+  assert judge(steps, write - 2, "To confirm, I will update the reservation. Shall I proceed (yes/no)?").is_valid
+  assert judge(steps, write + 2, done).is_valid  # after the write it is true
+  transfer = tool_call_text("transfer_to_human_agents", {"summary": "x"})
+  assert judge(steps, write - 2, transfer).error_types == ("premature_end",) == judge(outcome, write - 2,
+                                                                                        transfer).error_types
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("domain", ["retail", "airline"])
+def test_the_steps_rules_pass_every_gold_step(domain):
+  """Every assistant turn of the gold replays of all of tau2's tasks and of 100 generated ones passes
+  the steps rules (a brute-force check that they flag only what leads nowhere)."""
+  from rti_jax.policy.sft_example import assistant_indices, play, step_context
+
+  validator = Tau2RuleValidator(rules="steps")
+  env = Tau2Env(domain)
+  flagged, judged = [], 0
+  for task in [*tau2_tasks(domain), *generated_tasks(domain, 100)]:
+    gold = play(env, GoldAgent(task), task)
+    assert env.transcript.reward == 1.0, task.task_id
+    for i in assistant_indices(gold):
+      judged += 1
+      verdict = validator.judge(step_context(gold[:i], gold[i]["content"], env, domain))
+      if not verdict.is_valid:
+        flagged.append((task.task_id, i, verdict.diagnosis))
+  assert flagged == [] and judged > 800
 
 
 def test_rule_verifier_rejects_unseen_privileged_values(retail_env):

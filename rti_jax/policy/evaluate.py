@@ -162,14 +162,15 @@ def intervention_behaviour(backend: Any, formatter: ChatFormatter, world: World,
 
 def rule_intervention_check(backend: Any, formatter: ChatFormatter, tasks: Sequence[Any], env_factory: Any,
                             domain: str, seed: int, max_new_tokens: int = 96,
-                            max_context_tokens: int = 4096) -> dict[str, Any]:
+                            max_context_tokens: int = 4096, options: Any = None) -> dict[str, Any]:
   """One self-intervened rollout per task of any registered ``domain`` (Algorithm 1 lines 9-23: the
-  domain's rule-based Validator and Verifier, the policy as Corrector at T = 1, PPL gate delta 5):
-  corrections applied, their mean PPL_roll, and the success rate."""
+  domain's rule-based Validator and Verifier, built with its config section ``options`` (default: the
+  section's defaults), the policy as Corrector at T = 1, PPL gate delta 5): corrections applied, their
+  mean PPL_roll, and the success rate."""
   from rti_jax.intervention.pipeline import rule_roles
 
   cfg = rollout_config(1, 1.0, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens, seed=seed)
-  validator, verifier = rule_roles(domain)
+  validator, verifier = rule_roles(domain, options)
   roles = InterventionRoles(validator, PolicyCorrector(backend, cfg.sampling, formatter.end_of_turn_id), verifier)
   stats = InterventionStats(groups_total=len(tasks), groups_triggered=len(tasks))
   runs = run_intervened_rollouts(list(tasks), env_factory, backend, formatter, roles, InterventionConfig(domain=domain),

@@ -16,7 +16,8 @@ from rti_jax.envs.registry import EnvSpec, register
 from rti_jax.intervention.prompting import ServiceAgentPrompts
 
 _CHOICES = {"policy_text": ("full", "condensed"), "user": ("scripted", "llm"), "reward": ("fast", "tau2"),
-            "observation": ("compact", "raw"), "splits": ("generated", "tau2")}
+            "observation": ("compact", "raw"), "splits": ("generated", "tau2"),
+            "validator_rules": ("outcome", "steps")}
 
 
 @dataclasses.dataclass
@@ -45,6 +46,10 @@ class Tau2Options:
   # With reward=fast, this share of the finished episodes (training and evaluation) is also scored by
   # tau2's evaluate_simulation; the records count the checks and any disagreement (reward_audit/*).
   audit_share: float = 0.1
+  # The rule Validator's rules (``envs.tau2.rules``): outcome = only steps that leave every path to the
+  # gold outcome (an off-path write, an early end, an untold fact); steps = also a call with an id no
+  # message has shown and a claim that the request is done before any write.
+  validator_rules: str = "outcome"
 
   def validate(self) -> None:
     for name, choices in _CHOICES.items():
@@ -89,10 +94,9 @@ def _source(domain: str) -> Any:
 
 
 def _rule_roles(options: Tau2Options) -> tuple[Any, Any]:
-  del options
   from rti_jax.envs.tau2.rules import Tau2RuleValidator, Tau2RuleVerifier
 
-  return Tau2RuleValidator(), Tau2RuleVerifier()
+  return Tau2RuleValidator(rules=options.validator_rules), Tau2RuleVerifier()
 
 
 def _gold_agent(task: Any) -> Any:

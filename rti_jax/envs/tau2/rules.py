@@ -11,6 +11,14 @@ reward is the final database and the facts told):
     message) while gold writes remain, or transfers when the task does not;
   * ``missing_information``: the draft ends the episode before the agent told the user a fact
     the task's ``communicate_info`` requires.
+  With ``rules="steps"`` (``env.<domain>.validator_rules``) it also flags steps that keep the
+  episode going but cannot lead anywhere, as a small policy's failures mostly do:
+  * ``fabricated_id``: a call argument naming an id (a key ``*_id``, ``*_ids`` or
+    ``*_number``) that no user message or tool reply has shown and no gold call uses (a
+    miscopied reservation or item id: the look-up fails, or the write changes the wrong record);
+  * ``false_completion``: a message saying the request is done (``is done``, ``has been
+    cancelled``, ...) while gold writes remain and no write has succeeded yet.
+  Gold replays pass both (tested on every tau2 task and a sample of the generated ones).
   Its ``suggest_next`` names the next gold write with its arguments (privileged); its
   ``visible_suggest_next`` says what to re-check without naming any value.
 
@@ -51,7 +59,17 @@ from rti_jax.intervention.leaks import (
 OFF_PATH_WRITE = "off_path_write"
 PREMATURE_END = "premature_end"
 MISSING_INFORMATION = "missing_information"
-RULES = (OFF_PATH_WRITE, PREMATURE_END, MISSING_INFORMATION)
+FABRICATED_ID = "fabricated_id"
+FALSE_COMPLETION = "false_completion"
+RULES = (OFF_PATH_WRITE, PREMATURE_END, MISSING_INFORMATION, FABRICATED_ID, FALSE_COMPLETION)
+#: ``Tau2RuleValidator(rules=...)``: outcome = only steps that leave every path to the gold outcome;
+#: steps = those and the steps that lead nowhere (``fabricated_id``, ``false_completion``)
+VALIDATOR_RULES = ("outcome", "steps")
+_ID_KEY_RE = re.compile(r"(?:^|_)(?:id|ids|number)$")
+_WORD_RE = re.compile(r"[\w#][\w#@.\-]*\w|\w")  # an id as it stands in text: #W2378156, credit_card_7815826, HAT242
+_DONE_RE = re.compile(
+    r"\b(?:is|are|has been|have been|was|were)\s+(?:all\s+|now\s+)?(?:done|completed?|cancell?ed|updated|processed|"
+    r"booked|modified|exchanged|returned|changed|taken care of)\b", re.IGNORECASE)
 STOP = "###STOP###"
 _TRANSFER_TEXT_RE = re.compile(r"YOU ARE BEING TRANSFERRED|being transferred to a human", re.IGNORECASE)
 _LEAK_RE = re.compile(
@@ -124,8 +142,35 @@ def _call_text(w: dict[str, Any]) -> str:
   return f"{w.get('name')}({json.dumps(w.get('arguments', {}), ensure_ascii=False, sort_keys=True)})"
 
 
+def unseen_ids(history: Sequence[dict[str, Any]], calls: Sequence[ToolCall],
+               known: Sequence[str] = ()) -> list[tuple[str, str, str]]:
+  """``(tool, key, value)`` of every id-like argument of ``calls`` (a key ``*_id``, ``*_ids`` or
+  ``*_number``; string values, list items included) that no user message or tool reply of
+  ``history`` shows and that is not one of ``known`` (case-insensitive; an id is shown as a whole
+  word, so a cut or run-on copy of a shown id is not)."""
+  texts = [str(m.get("content") or "").lower() for m in history if m.get("role") in ("user", "tool")]
+  words = {w for text in [*texts, *(str(k).lower() for k in known)] for w in _WORD_RE.findall(text)}
+  out = []
+  for call in calls:
+    args = call.arguments if isinstance(call.arguments, dict) else {}
+    for key, leaf in leaves(args):
+      if key is None or not _ID_KEY_RE.search(key) or not isinstance(leaf, str):
+        continue
+      value = leaf.strip().lower()
+      whole = _WORD_RE.fullmatch(value) is not None
+      if not value or not (value in words if whole else any(value in text for text in texts)):
+        out.append((call.name, key, leaf))
+  return out
+
+
 class Tau2RuleValidator:
-  """The rule Validator of the tau2 domains (see the module docstring)."""
+  """The rule Validator of the tau2 domains (see the module docstring); ``rules`` is one of
+  ``VALIDATOR_RULES``."""
+
+  def __init__(self, rules: str = "outcome"):
+    if rules not in VALIDATOR_RULES:
+      raise ValueError(f"rules: expected one of {list(VALIDATOR_RULES)}, got {rules!r}")
+    self.rules = rules
 
   def validate(self, ctxs: Sequence[StepContext]) -> list[ValidatorJudgement]:
     return [self.judge(c) for c in ctxs]
@@ -164,6 +209,22 @@ class Tau2RuleValidator:
       if untold:
         errors.append(MISSING_INFORMATION)
         notes.append("it ends before the user was told what they asked")
+    visible_steps: list[str] = []
+    if self.rules == "steps" and not errors:
+      gold_values = [str(leaf) for a in gold for _, leaf in leaves(a.get("arguments", {}))]
+      unseen = unseen_ids(ctx.history, draft.tool_calls, gold_values)
+      if unseen:
+        name, key, value = unseen[0]
+        errors.append(FABRICATED_ID)
+        notes.append(f"the {key} {value!r} of {name} appears in no user message or tool reply")
+        visible_steps.append(f"The {key} {value!r} appears nowhere in the conversation: copy every id exactly as "
+                             "the user or a tool reply wrote it, or look it up first.")
+      elif (left and not draft.tool_calls and _DONE_RE.search(draft.content)
+            and not any(ok and c.name in writes for c, ok in history_calls(ctx.history))):
+        errors.append(FALSE_COMPLETION)
+        notes.append("it says the request is done although nothing has been changed yet")
+        visible_steps.append("Nothing has been changed yet: do not say it is done; propose the change the user "
+                             "asked for, with its exact details, and ask for their yes.")
     if not errors:
       return ValidatorJudgement(is_valid=True)
     hint = []
@@ -176,7 +237,7 @@ class Tau2RuleValidator:
       hint.append("no further change is needed: tell the user the outcome and close the conversation")
     visible = ("Do not make that change: re-read the user's request and the details the tools returned, and "
                "propose only the change the user asked for, with the exact ids, after the user's explicit yes."
-               if OFF_PATH_WRITE in errors else
+               if OFF_PATH_WRITE in errors else visible_steps[0] if visible_steps else
                "Do not end the conversation yet: check what the user asked for that is not done or not answered.")
     return ValidatorJudgement(is_valid=False, error_types=tuple(dict.fromkeys(errors)), diagnosis="; ".join(notes),
                               suggest_next="; ".join(hint), visible_suggest_next=visible)
