@@ -330,6 +330,8 @@ def test_the_steps_rules_flag_made_up_ids_and_an_early_claim_of_done(airline_env
   assert all(judge(outcome, look, d).is_valid for d in drafts)
   cut = judge(steps, look, drafts[2])
   assert cut.error_types == ("fabricated_id",) and "'VJ03'" in cut.diagnosis and "'VJ03'" in cut.visible_suggest_next
+  huge = judge(steps, look, tool_call_text("get_reservation_details", {"reservation_id": "Z" * 100_000}))
+  assert huge.error_types == ("fabricated_id",) and len(huge.diagnosis) + len(huge.visible_suggest_next) < 1000
   write = next(i for i in turns if "update_reservation_flights" in gold[i]["content"])
   done = "Everything you asked for is done. Is there anything else I can help you with?"
   before = judge(steps, write - 2, done)  # at the confirmation: nothing written yet

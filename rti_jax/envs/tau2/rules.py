@@ -215,6 +215,7 @@ class Tau2RuleValidator:
       unseen = unseen_ids(ctx.history, draft.tool_calls, gold_values)
       if unseen:
         name, key, value = unseen[0]
+        value = value if len(value) <= 40 else value[:40] + "..."  # a runaway literal stays out of the prompts
         errors.append(FABRICATED_ID)
         notes.append(f"the {key} {value!r} of {name} appears in no user message or tool reply")
         visible_steps.append(f"The {key} {value!r} appears nowhere in the conversation: copy every id exactly as "
