@@ -566,3 +566,14 @@ def to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
 
 def to_yaml(cfg: ExperimentConfig) -> str:
   return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def current_yaml(stored: str) -> str:
+  """A resolved config stored by ``to_yaml`` as the current schema resolves it: fields added to the
+  schema since take their defaults (which keep the behaviour the stored run had), so the text
+  equals ``to_yaml`` of the same config today. A text the schema cannot take (a field removed or
+  retyped since) comes back unchanged."""
+  try:
+    return OmegaConf.to_yaml(OmegaConf.merge(OmegaConf.structured(schema()), OmegaConf.create(stored)))
+  except Exception:  # noqa: BLE001 (any OmegaConf error: the stored text simply matches nothing newer)
+    return stored

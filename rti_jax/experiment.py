@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from rti_jax import distributed, reporting
-from rti_jax.config import load_config, to_yaml
+from rti_jax.config import current_yaml, load_config, to_yaml
 
 
 def common_parser(prog: str, description: str | None, default_out: str, reuse: bool = True) -> argparse.ArgumentParser:
@@ -283,7 +283,8 @@ def reusable_runs(dirs: Sequence[str | pathlib.Path]) -> dict[str, dict[str, Any
       metrics = t.parent / "metrics.jsonl"
       try:
         stored = json.loads(t.read_text())
-        key, hit = stored["config"], {"eval": stored["eval"], "train_s": stored["train_s"], "base": stored["base"]}
+        key, hit = current_yaml(stored["config"]), {"eval": stored["eval"], "train_s": stored["train_s"],
+                                                    "base": stored["base"]}
       except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"--reuse {d}: unreadable {t.relative_to(d)} ({e})") from e
       if metrics.exists():

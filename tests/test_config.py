@@ -175,3 +175,36 @@ def test_sampling_and_mesh_errors_name_their_own_key_before_any_cross_check():
                         ("mesh.process_id=-5", "mesh.process_id"), ("mesh.rollout_slices=-1", "mesh.rollout_slices")):
     with pytest.raises(ConfigError, match=rf"^{key}:"):
       load_config("navigation", [override])
+
+
+def test_a_stored_config_from_before_a_new_field_resolves_as_today():
+  """``current_yaml`` fills fields added to the schema since a config was stored with their defaults
+  (what ``--reuse`` compares), leaves a config of today as it is, and gives a text the schema cannot
+  take back unchanged."""
+  from rti_jax.config import current_yaml
+
+  cfg = load_config("retail", ["train.seed=1", "loss.method=grpo"])
+  today = to_yaml(cfg)
+  assert current_yaml(today) == today
+  older = "\n".join(line for line in today.split("\n") if "validator_rules" not in line)
+  assert older != today and current_yaml(older) == today
+  changed = older.replace("tasks_per_iter: 4", "tasks_per_iter: 8")
+  assert current_yaml(changed) != today  # a value that differs still differs
+  removed = today.replace("  max_turns:", "  max_turns_gone:")
+  assert current_yaml(removed) == removed
+
+
+def test_the_stored_retail_run_is_found_by_todays_config():
+  """``results/compare_retail_seed0`` (stored before ``env.*.validator_rules`` existed) offers both of
+  its trainings to ``--reuse`` of today's ``--exp=compare --env retail --seeds 0``."""
+  import pathlib
+
+  from rti_jax import experiment
+  from rti_jax.baselines import method_variants
+
+  stored = pathlib.Path(__file__).resolve().parents[1] / "results" / "compare_retail_seed0"
+  found = experiment.reusable_runs([stored])
+  variants, _ = method_variants(["grpo", "rti"], None, "")
+  for label in ("grpo", "rti"):
+    key = to_yaml(load_config("retail", ["env.name=retail", *variants[label], "train.seed=0"]))
+    assert found[key]["eval"]["all"]["p@1"] == pytest.approx(7 / 114)
