@@ -257,16 +257,14 @@ def step_kind(text: str, writes: frozenset[str] | set[str]) -> str:
   return "confirm" if text.strip().startswith(CONFIRM_PREFIX) else "message"
 
 
-def first_derailment(env: Tau2Env, task: Any, messages: Sequence[Message], options: Any = None
-                     ) -> dict[str, Any] | None:
-  """Where an episode derailed: the first assistant turn the domain's rule Validator (built with the
-  config section ``options``; default: only steps that leave every path to the gold outcome) flags,
-  judged on the history before it, as ``{"turn": its 0-based assistant index, "kind": step_kind,
-  "errors": the Validator's error types}``; None when no turn is flagged."""
+def first_derailment(env: Tau2Env, task: Any, messages: Sequence[Message]) -> dict[str, Any] | None:
+  """Where an episode left every path to the gold outcome: the first assistant turn the domain's rule
+  Validator flags (judged on the history before it), as ``{"turn": its 0-based assistant index,
+  "kind": step_kind, "errors": the Validator's error types}``; None when no turn is flagged."""
   from rti_jax.envs.tau2 import bridge
   from rti_jax.intervention.pipeline import rule_roles
 
-  validator, _ = rule_roles(task.domain, options)
+  validator, _ = rule_roles(task.domain)
   writes = frozenset(bridge.tool_info(task.domain)[1])
   env.reset(task)
   for n, i in enumerate(assistant_indices(messages)):

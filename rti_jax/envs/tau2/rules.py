@@ -209,7 +209,7 @@ class Tau2RuleValidator:
       if untold:
         errors.append(MISSING_INFORMATION)
         notes.append("it ends before the user was told what they asked")
-    visible_steps: list[str] = []
+    step_hint: str | None = None  # the visible hint of a step rule
     if self.rules == "steps" and not errors:
       gold_values = [str(leaf) for a in gold for _, leaf in leaves(a.get("arguments", {}))]
       unseen = unseen_ids(ctx.history, draft.tool_calls, gold_values)
@@ -218,14 +218,14 @@ class Tau2RuleValidator:
         value = value if len(value) <= 40 else value[:40] + "..."  # a runaway literal stays out of the prompts
         errors.append(FABRICATED_ID)
         notes.append(f"the {key} {value!r} of {name} appears in no user message or tool reply")
-        visible_steps.append(f"The {key} {value!r} appears nowhere in the conversation: copy every id exactly as "
-                             "the user or a tool reply wrote it, or look it up first.")
+        step_hint = (f"The {key} {value!r} appears nowhere in the conversation: copy every id exactly as the user "
+                     "or a tool reply wrote it, or look it up first.")
       elif (left and not draft.tool_calls and _DONE_RE.search(draft.content)
             and not any(ok and c.name in writes for c, ok in history_calls(ctx.history))):
         errors.append(FALSE_COMPLETION)
         notes.append("it says the request is done although nothing has been changed yet")
-        visible_steps.append("Nothing has been changed yet: do not say it is done; propose the change the user "
-                             "asked for, with its exact details, and ask for their yes.")
+        step_hint = ("Nothing has been changed yet: do not say it is done; propose the change the user asked for, "
+                     "with its exact details, and ask for their yes.")
     if not errors:
       return ValidatorJudgement(is_valid=True)
     hint = []
@@ -238,7 +238,7 @@ class Tau2RuleValidator:
       hint.append("no further change is needed: tell the user the outcome and close the conversation")
     visible = ("Do not make that change: re-read the user's request and the details the tools returned, and "
                "propose only the change the user asked for, with the exact ids, after the user's explicit yes."
-               if OFF_PATH_WRITE in errors else visible_steps[0] if visible_steps else
+               if OFF_PATH_WRITE in errors else step_hint or
                "Do not end the conversation yet: check what the user asked for that is not done or not answered.")
     return ValidatorJudgement(is_valid=False, error_types=tuple(dict.fromkeys(errors)), diagnosis="; ".join(notes),
                               suggest_next="; ".join(hint), visible_suggest_next=visible)
