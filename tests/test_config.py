@@ -196,7 +196,8 @@ def test_a_stored_config_from_before_a_new_field_resolves_as_today():
 
 def test_the_stored_retail_run_is_found_by_todays_config():
   """``results/compare_retail_seed0`` (stored before ``env.*.validator_rules`` existed) offers both of
-  its trainings to ``--reuse`` of today's ``--exp=compare --env retail --seeds 0``."""
+  its trainings to ``--reuse`` of today's ``--exp=compare --env retail --seeds 0`` at its budget
+  (16 iterations, behaviour log-probs recomputed)."""
   import pathlib
 
   from rti_jax import experiment
@@ -205,6 +206,7 @@ def test_the_stored_retail_run_is_found_by_todays_config():
   stored = pathlib.Path(__file__).resolve().parents[1] / "results" / "compare_retail_seed0"
   found = experiment.reusable_runs([stored])
   variants, _ = method_variants(["grpo", "rti"], None, "")
+  budget = ["train.iterations=16", "train.eval_every=16", "loss.behaviour_logp=recompute"]
   for label in ("grpo", "rti"):
-    key = to_yaml(load_config("retail", ["env.name=retail", *variants[label], "train.seed=0"]))
+    key = to_yaml(load_config("retail", ["env.name=retail", *variants[label], "train.seed=0", *budget]))
     assert found[key]["eval"]["all"]["p@1"] == pytest.approx(7 / 114)
