@@ -347,23 +347,33 @@ def test_the_steps_rules_flag_made_up_ids_and_an_early_claim_of_done(airline_env
 
 @pytest.mark.slow
 @pytest.mark.parametrize("domain", ["retail", "airline"])
-def test_the_steps_rules_pass_every_gold_step(domain):
-  """Every assistant turn of the gold replays of all of tau2's tasks and of 100 generated ones passes
-  the steps rules (a brute-force check that they flag only what leads nowhere)."""
-  from rti_jax.policy.sft_example import assistant_indices, play, step_context
-
+def test_the_steps_rules_pass_every_gold_step_of_generated_tasks(domain):
+  """Every assistant turn of the gold replays of 40 generated tasks passes the steps rules (tau2's own
+  tasks: ``test_every_tau2_task_gold_pass_do_nothing_rate_and_steps_rules``)."""
   validator = Tau2RuleValidator(rules="steps")
-  env = Tau2Env(domain)
+  env = Tau2Env(domain, reward="fast")
   flagged, judged = [], 0
-  for task in [*tau2_tasks(domain), *generated_tasks(domain, 100)]:
-    gold = play(env, GoldAgent(task), task)
-    assert env.transcript.reward == 1.0, task.task_id
-    for i in assistant_indices(gold):
-      judged += 1
-      verdict = validator.judge(step_context(gold[:i], gold[i]["content"], env, domain))
-      if not verdict.is_valid:
-        flagged.append((task.task_id, i, verdict.diagnosis))
-  assert flagged == [] and judged > 800
+  for task in generated_tasks(domain, 40):
+    transcript = run_episode(env, GoldAgent(task), task)
+    assert transcript.reward == 1.0, task.task_id
+    got, n = _steps_flagged(validator, env, domain, transcript.messages)
+    flagged += [(task.task_id, *f) for f in got]
+    judged += n
+  assert flagged == [] and judged > 200
+
+
+def _steps_flagged(validator, env, domain, messages) -> tuple[list[tuple[int, str]], int]:
+  """(turn index, diagnosis) of every assistant turn of ``messages`` the validator flags, and the
+  number of turns judged."""
+  from rti_jax.policy.sft_example import assistant_indices, step_context
+
+  turns = assistant_indices(messages)
+  flagged = []
+  for i in turns:
+    verdict = validator.judge(step_context(messages[:i], messages[i]["content"], env, domain))
+    if not verdict.is_valid:
+      flagged.append((i, verdict.diagnosis))
+  return flagged, len(turns)
 
 
 def test_rule_verifier_rejects_unseen_privileged_values(retail_env):
@@ -420,20 +430,29 @@ def test_the_registry_stats_score_the_gold_replays_by_taus_evaluator(monkeypatch
 
 @pytest.mark.slow
 @pytest.mark.parametrize("domain,do_nothing", [("retail", 7 / 114), ("airline", 19 / 50)])
-def test_every_tau2_task_gold_pass_and_do_nothing_rate(domain, do_nothing):
+def test_every_tau2_task_gold_pass_do_nothing_rate_and_steps_rules(domain, do_nothing):
   """Every task: gold agents pass and do-nothing agents pass as often as tau2's own runs say
   (FINDINGS), by the fast reward; every twelfth task's two episodes also by tau2's evaluator, which
-  must agree. (``python -m rti_jax.envs stats --env DOMAIN`` scores every task by tau2's evaluator.)"""
+  must agree. Every assistant turn of the gold replays passes the steps rules (a brute-force check
+  that they flag only what leads nowhere). (``python -m rti_jax.envs stats --env DOMAIN`` scores
+  every task by tau2's evaluator.)"""
   env = Tau2Env(domain, reward="fast")
+  validator = Tau2RuleValidator(rules="steps")
   tasks = tau2_tasks(domain)
-  gold, nothing = [], []
+  gold, nothing, flagged, judged = [], [], [], 0
   for i, task in enumerate(tasks):
     for agent, out in ((GoldAgent(task), gold), (DoNothingAgent(), nothing)):
-      out.append(run_episode(env, agent, task).reward)
+      transcript = run_episode(env, agent, task)
+      out.append(transcript.reward)
       if i % 12 == 0:
         assert env.score("tau2").reward == out[-1], (task.task_id, type(agent).__name__)
+      if out is gold:
+        got, n = _steps_flagged(validator, env, domain, transcript.messages)
+        flagged += [(task.task_id, *f) for f in got]
+        judged += n
   assert [t.task_id for t, r in zip(tasks, gold) if r != 1.0] == []
   assert sum(nothing) / len(tasks) == pytest.approx(do_nothing)
+  assert flagged == [] and judged > 4 * len(tasks)
 
 
 def test_an_episode_that_writes_nothing_leaves_the_next_one_the_same_database(retail_env):
