@@ -119,9 +119,11 @@ def history_calls(history: Sequence[dict[str, Any]]) -> list[tuple[ToolCall, boo
   return out
 
 
-def remaining_writes(evidence: dict[str, Any], history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-  """The evidence's gold writes that no successful call of the history has made yet."""
-  done = [c for c, ok in history_calls(history) if ok]
+def remaining_writes(evidence: dict[str, Any], history: Sequence[dict[str, Any]],
+                     calls: Sequence[tuple[ToolCall, bool]] | None = None) -> list[dict[str, Any]]:
+  """The evidence's gold writes that no successful call of the history has made yet (``calls``: the
+  history's ``history_calls`` when the caller has them already)."""
+  done = [c for c, ok in (history_calls(history) if calls is None else calls) if ok]
   left = []
   for w in evidence.get("write_actions", []) or []:
     hit = next((i for i, c in enumerate(done) if same_call(c.name, c.arguments, w.get("name"), w.get("arguments"))), None)
@@ -178,7 +180,8 @@ class Tau2RuleValidator:
   def judge(self, ctx: StepContext) -> ValidatorJudgement:
     ev = ctx.evidence or {}
     draft = parse_assistant_turn(ctx.draft or "")
-    left = remaining_writes(ev, ctx.history)
+    calls = history_calls(ctx.history)
+    left = remaining_writes(ev, ctx.history, calls)
     writes = set(ev.get("write_tools", []) or [])
     gold = ev.get("evaluation_criteria", {}).get("actions", []) or []
     errors: list[str] = []
@@ -221,7 +224,7 @@ class Tau2RuleValidator:
         step_hint = (f"The {key} {value!r} appears nowhere in the conversation: copy every id exactly as the user "
                      "or a tool reply wrote it, or look it up first.")
       elif (left and not draft.tool_calls and _DONE_RE.search(draft.content)
-            and not any(ok and c.name in writes for c, ok in history_calls(ctx.history))):
+            and not any(ok and c.name in writes for c, ok in calls)):
         errors.append(FALSE_COMPLETION)
         notes.append("it says the request is done although nothing has been changed yet")
         step_hint = ("Nothing has been changed yet: do not say it is done; propose the change the user asked for, "
