@@ -210,3 +210,27 @@ def test_the_stored_retail_run_is_found_by_todays_config():
   for label in ("grpo", "rti"):
     key = to_yaml(load_config("retail", ["env.name=retail", *variants[label], "train.seed=0", *budget]))
     assert found[key]["eval"]["all"]["p@1"] == pytest.approx(7 / 114)
+
+
+@pytest.mark.parametrize("env,seeds,test_tasks", [("retail", (0, 1), 114), ("airline", (0, 1, 2), 50)])
+def test_the_stored_runs_of_the_readme_tables_are_found_by_todays_configs(env, seeds, test_tasks):
+  """``results/compare_<env>`` (the README's tables) offers every training it holds to ``--reuse`` of
+  today's ``--exp=compare --env <env>``: a change to a shipped config's values shows here."""
+  import json
+  import pathlib
+
+  from rti_jax import experiment
+  from rti_jax.baselines import method_variants
+
+  stored = pathlib.Path(__file__).resolve().parents[1] / "results" / f"compare_{env}"
+  found = experiment.reusable_runs([stored])
+  variants, _ = method_variants(["grpo", "rti"], None, "")
+  table = json.loads((stored / "results.json").read_text()) if (stored / "results.json").exists() else None
+  for seed in seeds:
+    for label in ("grpo", "rti"):
+      key = to_yaml(load_config(env, [f"env.name={env}", *variants[label], f"train.seed={seed}"]))
+      assert key in found, (env, seed, label)
+      got = found[key]["eval"]
+      assert got["num_tasks"] == test_tasks
+      if table is not None:  # the training's own evaluation is the one the table was made from
+        assert got["all"]["p@1"] == table["runs"][str(seed)][label]["all"]["p@1"]
