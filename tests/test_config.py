@@ -194,47 +194,36 @@ def test_a_stored_config_from_before_a_new_field_resolves_as_today():
   assert current_yaml(removed) == removed
 
 
-def test_the_stored_retail_run_is_found_by_todays_config():
-  """``results/compare_retail_seed0`` (stored before ``env.*.validator_rules`` existed) offers both of
-  its trainings to ``--reuse`` of today's ``--exp=compare --env retail --seeds 0`` at its budget
-  (16 iterations, behaviour log-probs recomputed)."""
-  import pathlib
-
-  from rti_jax import experiment
-  from rti_jax.baselines import method_variants
-
-  stored = pathlib.Path(__file__).resolve().parents[1] / "results" / "compare_retail_seed0"
-  found = experiment.reusable_runs([stored])
-  variants, _ = method_variants(["grpo", "rti"], None, "")
-  budget = ["train.iterations=16", "train.eval_every=16", "loss.behaviour_logp=recompute"]
-  for label in ("grpo", "rti"):
-    key = to_yaml(load_config("retail", ["env.name=retail", *variants[label], "train.seed=0", *budget]))
-    assert found[key]["eval"]["all"]["p@1"] == pytest.approx(7 / 114)
-
-
 BOTH = ("grpo", "rti")
+#: results/compare_retail_seed0's budget (stored before ``env.*.validator_rules`` existed)
+SIXTEEN = ("train.iterations=16", "train.eval_every=16", "loss.behaviour_logp=recompute")
 
 
-@pytest.mark.parametrize("env,trainings,test_tasks", [
-    ("retail", {0: BOTH, 1: BOTH, 2: ("grpo",)}, 114), ("airline", {0: BOTH, 1: BOTH, 2: BOTH}, 50)])
-def test_the_stored_runs_of_the_readme_tables_are_found_by_todays_configs(env, trainings, test_tasks):
-  """``results/compare_<env>`` (the README's tables) offers every training it holds to ``--reuse`` of
-  today's ``--exp=compare --env <env>``: a change to a shipped config's values shows here."""
+@pytest.mark.parametrize("stored,env,trainings,test_tasks,budget,p1", [
+    pytest.param("compare_retail", "retail", {0: BOTH, 1: BOTH, 2: ("grpo",)}, 114, (), None, id="retail"),
+    pytest.param("compare_airline", "airline", {0: BOTH, 1: BOTH, 2: BOTH}, 50, (), None, id="airline"),
+    pytest.param("compare_retail_seed0", "retail", {0: BOTH}, 114, SIXTEEN, 7 / 114, id="retail_seed0")])
+def test_the_stored_runs_are_found_by_todays_configs(stored, env, trainings, test_tasks, budget, p1):
+  """``results/<stored>`` (the README's tables; the earlier Retail budget) offers every training it
+  holds to ``--reuse`` of today's ``--exp=compare --env <env>`` (with ``budget``): a change to a
+  shipped config's values shows here."""
   import json
   import pathlib
 
   from rti_jax import experiment
   from rti_jax.baselines import method_variants
 
-  stored = pathlib.Path(__file__).resolve().parents[1] / "results" / f"compare_{env}"
+  stored = pathlib.Path(__file__).resolve().parents[1] / "results" / stored
   found = experiment.reusable_runs([stored])
   variants, _ = method_variants(["grpo", "rti"], None, "")
   table = json.loads((stored / "results.json").read_text()) if (stored / "results.json").exists() else None
   for seed, labels in trainings.items():
     for label in labels:
-      key = to_yaml(load_config(env, [f"env.name={env}", *variants[label], f"train.seed={seed}"]))
+      key = to_yaml(load_config(env, [f"env.name={env}", *variants[label], f"train.seed={seed}", *budget]))
       assert key in found, (env, seed, label)
       got = found[key]["eval"]
       assert got["num_tasks"] == test_tasks
       if table is not None:  # the training's own evaluation is the one the table was made from
         assert got["all"]["p@1"] == table["runs"][str(seed)][label]["all"]["p@1"]
+      if p1 is not None:
+        assert got["all"]["p@1"] == pytest.approx(p1)
